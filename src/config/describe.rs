@@ -1,0 +1,150 @@
+//! The summary `pin-proxy check` prints: the effective settings of every pool
+//! after defaults are merged, with probe URL secrets masked.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use humantime::format_duration;
+
+use super::parse::default_probe_url;
+use super::{Config, IpNet, LogFormat, PoolConfig, ProbeKind};
+
+/// A readable, multi-line summary of the effective configuration.
+///
+/// Every value is shown as it will be used (defaults applied); `probe_url`s go
+/// through [`SecretUrl`](super::SecretUrl)'s masking `Display`.
+pub fn describe(config: &Config) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_config(&mut out, config);
+    out
+}
+
+fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
+    match &config.admin {
+        Some(admin) => writeln!(
+            out,
+            "admin: listen {}, allow {}",
+            admin.listen,
+            nets(&admin.allow)
+        )?,
+        None => writeln!(out, "admin: off")?,
+    }
+    let format = match config.log.format {
+        LogFormat::Json => "json",
+        LogFormat::Text => "text",
+    };
+    let file = config
+        .log
+        .file
+        .as_ref()
+        .map_or_else(|| "stdout".to_owned(), |f| f.display().to_string());
+    writeln!(
+        out,
+        "log: level {}, format {format}, to {file}",
+        config.log.level
+    )?;
+    for pool in &config.pools {
+        writeln!(out)?;
+        write_pool(out, pool)?;
+    }
+    Ok(())
+}
+
+fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
+    let listen: Vec<String> = pool.listen.iter().map(ToString::to_string).collect();
+    writeln!(out, "pool {}", pool.name)?;
+    writeln!(out, "  listen: {}", listen.join(", "))?;
+    let allow = if pool.allow.is_empty() {
+        "any client".to_owned()
+    } else {
+        nets(&pool.allow)
+    };
+    writeln!(out, "  allow: {allow}")?;
+    writeln!(
+        out,
+        "  connect_timeout: {}, idle_timeout: {}, max_connections: {}",
+        dur(pool.connect_timeout),
+        pool.idle_timeout.map_or_else(|| "never".to_owned(), dur),
+        pool.max_connections
+    )?;
+    let k = &pool.keepalive;
+    writeln!(
+        out,
+        "  keepalive: idle {}, interval {}, count {} (user timeout {})",
+        dur(k.idle),
+        dur(k.interval),
+        k.count,
+        dur(k.user_timeout())
+    )?;
+    match pool.rebalance.interval {
+        Some(every) => writeln!(
+            out,
+            "  rebalance: every {}, min_imbalance {}",
+            dur(every),
+            pool.rebalance.min_imbalance
+        )?,
+        None => writeln!(out, "  rebalance: off")?,
+    }
+    let q = &pool.quarantine;
+    writeln!(
+        out,
+        "  quarantine: base {}, max {}, after {} failures",
+        dur(q.base),
+        dur(q.max),
+        q.failures
+    )?;
+    let h = &pool.health;
+    write!(
+        out,
+        "  health: probe {} every {}, timeout {}",
+        h.probe.as_str(),
+        dur(h.interval),
+        dur(h.timeout)
+    )?;
+    if h.probe == ProbeKind::BitcoinP2p {
+        write!(out, ", network {} (magic {})", h.network, hex(h.magic))?;
+    }
+    if matches!(h.probe, ProbeKind::BitcoinP2p | ProbeKind::Blockbook) {
+        write!(out, ", max_lag_blocks {}", h.max_lag_blocks)?;
+    }
+    writeln!(
+        out,
+        ", fall {}, rise {}, drain {}",
+        h.fall,
+        h.rise,
+        if h.drain { "on" } else { "off" }
+    )?;
+    writeln!(out, "  backends:")?;
+    for b in &pool.backends {
+        write!(out, "    - {}", b.name)?;
+        if b.name != b.addr {
+            write!(out, " at {}", b.addr)?;
+        }
+        if b.backup {
+            write!(out, " (backup)")?;
+        }
+        match (&b.probe_url, default_probe_url(h.probe, &b.addr)) {
+            (Some(url), _) => write!(out, ", probe_url {url}")?,
+            (None, Some(url)) => write!(out, ", probe_url {url} (derived)")?,
+            (None, None) => {}
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn dur(d: Duration) -> String {
+    format_duration(d).to_string()
+}
+
+fn nets(nets: &[IpNet]) -> String {
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn hex(bytes: [u8; 4]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

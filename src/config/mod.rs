@@ -1,0 +1,238 @@
+//! The typed, validated configuration: what `config.yaml` means once parsed.
+//!
+//! Parsing, default merging and validation live in [`parse`]; the printed
+//! summary of `pin-proxy check` lives in [`describe`]. Every value here is
+//! final: no `Option` stands for "use the default".
+
+mod describe;
+mod parse;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use describe::describe;
+pub use ipnet::IpNet;
+pub use parse::ConfigError;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The admin HTTP endpoint; none when `admin.listen` is absent.
+    pub admin: Option<AdminConfig>,
+    /// Where and how to log.
+    pub log: LogConfig,
+    /// The pools, in file order.
+    pub pools: Vec<PoolConfig>,
+}
+
+/// `admin:` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminConfig {
+    /// Address the admin endpoint binds.
+    pub listen: SocketAddr,
+    /// Clients allowed to use it (default: loopback only).
+    pub allow: Vec<IpNet>,
+}
+
+/// `log:` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// tracing `EnvFilter` directive (`RUST_LOG` overrides it).
+    pub level: String,
+    /// Line format.
+    pub format: LogFormat,
+    /// Daily-rotated log file; stdout when `None`.
+    pub file: Option<PathBuf>,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One flat JSON object per line.
+    Json,
+    /// Human-readable `key=value` lines.
+    Text,
+}
+
+/// One pool: its listeners, its settings (defaults merged in) and its backends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// `[a-z0-9_-]+`, unique.
+    pub name: String,
+    /// One or more listen addresses.
+    pub listen: Vec<SocketAddr>,
+    /// Client allow-list; empty means every client is allowed.
+    pub allow: Vec<IpNet>,
+    /// Budget for one backend TCP connect (name resolution included).
+    pub connect_timeout: Duration,
+    /// TCP keepalive and `TCP_USER_TIMEOUT` settings for both legs.
+    pub keepalive: Keepalive,
+    /// Close a splice with no byte either way for this long; `None` = never.
+    pub idle_timeout: Option<Duration>,
+    /// Live client connections allowed in this pool.
+    pub max_connections: usize,
+    /// Rebalance tick settings.
+    pub rebalance: Rebalance,
+    /// Quarantine window settings.
+    pub quarantine: Quarantine,
+    /// Health probe settings.
+    pub health: Health,
+    /// Backends in config order (order breaks selection ties).
+    pub backends: Vec<BackendConfig>,
+}
+
+/// `keepalive:` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first keepalive probe.
+    pub idle: Duration,
+    /// Time between keepalive probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped.
+    pub count: u32,
+}
+
+impl Keepalive {
+    /// `TCP_USER_TIMEOUT` matching the keepalive budget, so unacknowledged
+    /// data gives up on the same schedule as an unanswered keepalive.
+    pub fn user_timeout(&self) -> Duration {
+        self.idle + self.interval * self.count
+    }
+}
+
+/// `rebalance:` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rebalance {
+    /// Tick period; `None` disables rebalancing (`0s` in the file).
+    pub interval: Option<Duration>,
+    /// Minimum connection gap between the busiest and an emptier backend.
+    pub min_imbalance: usize,
+}
+
+/// `quarantine:` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quarantine {
+    /// First window.
+    pub base: Duration,
+    /// Cap for the doubling windows.
+    pub max: Duration,
+    /// Consecutive connect failures that quarantine a backend.
+    pub failures: u32,
+}
+
+/// `health:` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Probe kind.
+    pub probe: ProbeKind,
+    /// Probe period.
+    pub interval: Duration,
+    /// Budget for one probe.
+    pub timeout: Duration,
+    /// Blocks a backend may trail the best usable backend.
+    pub max_lag_blocks: u64,
+    /// Network name (`litecoin`, ...) or `custom` when only `magic` was given.
+    pub network: String,
+    /// Message-start bytes in wire order.
+    pub magic: [u8; 4],
+    /// Consecutive bad verdicts before a backend is acted on.
+    pub fall: u32,
+    /// Consecutive passed probes before a quarantined backend returns.
+    pub rise: u32,
+    /// Close an unhealthy backend's connections (never the last usable leg).
+    pub drain: bool,
+}
+
+/// How a backend is probed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// TCP connect and close.
+    Connect,
+    /// Bitcoin-family P2P `version` handshake, reads the node's height.
+    BitcoinP2p,
+    /// Blockbook REST `GET /api/`, reads `inSync` and `bestHeight`.
+    Blockbook,
+    /// Any 2xx answer is healthy.
+    Http,
+}
+
+impl ProbeKind {
+    /// The name used in config.yaml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Connect => "connect",
+            ProbeKind::BitcoinP2p => "bitcoin-p2p",
+            ProbeKind::Blockbook => "blockbook",
+            ProbeKind::Http => "http",
+        }
+    }
+}
+
+/// One backend node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Unique within the pool; defaults to `addr`.
+    pub name: String,
+    /// `host:port`; host names are resolved again at each connect.
+    pub addr: String,
+    /// Only a candidate while no primary is usable.
+    pub backup: bool,
+    /// The backend's REST twin for `blockbook`/`http` probes.
+    pub probe_url: Option<SecretUrl>,
+}
+
+/// A URL that may carry secrets (userinfo, query); `Display` and `Debug`
+/// print it with those parts masked.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(pub url::Url);
+
+impl SecretUrl {
+    /// The full URL, secrets included: only for making the request.
+    pub fn expose(&self) -> &url::Url {
+        &self.0
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = self.0.clone();
+        if !shown.username().is_empty() || shown.password().is_some() {
+            // Setting these fails only for URLs that cannot carry userinfo.
+            let _ = shown.set_username("***");
+            let _ = shown.set_password(None);
+        }
+        if shown.query().is_some() {
+            shown.set_query(Some("***"));
+        }
+        shown.set_fragment(None);
+        write!(f, "{shown}")
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretUrl({self})")
+    }
+}
+
+impl Config {
+    /// Read and validate a config file.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the file, the YAML path and, where known, the
+    /// line and column.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;
+        Config::parse(&text, path)
+    }
+
+    /// Parse and validate config text; `path` is only used in messages.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        parse::parse(text, path)
+    }
+}

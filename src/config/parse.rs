@@ -1,0 +1,302 @@
+//! Turns config.yaml into a [`Config`]: deserialize into the raw shapes
+//! ([`raw`], whose single values check themselves in [`values`]), merge
+//! `defaults` into each pool, fill the built-in defaults, and check the rules
+//! that span several values (duplicates, shared listeners, max >= base).
+
+mod compat;
+mod error;
+mod locate;
+mod raw;
+#[cfg(test)]
+mod tests;
+mod values;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+pub use error::ConfigError;
+use error::{Invalid, invalid};
+use raw::{
+    Merge, Network, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe, RawQuarantine,
+    RawSettings,
+};
+use values::RawBackend;
+
+use super::{
+    AdminConfig, BackendConfig, Config, Health, Keepalive, LogConfig, LogFormat, PoolConfig,
+    ProbeKind, Quarantine, Rebalance,
+};
+
+/// Parse and validate config text; `file` only names the file in errors.
+pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    let read = |text: &str| -> Result<Config, ConfigError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let raw: RawFile = serde_path_to_error::deserialize(de)
+            .map_err(|e| ConfigError::from_serde(file, text, &e))?;
+        build(raw).map_err(|inv| ConfigError::from_invalid(file, text, inv))
+    };
+    match read(text) {
+        // Columns of a later error on a repaired line may be off by the added quotes.
+        Err(first) => compat::quote_flow_ipv6(text).map_or(Err(first), |repaired| read(&repaired)),
+        ok => ok,
+    }
+}
+
+fn build(raw: RawFile) -> Result<Config, Invalid> {
+    let log = raw.log.unwrap_or(RawLog {
+        level: None,
+        format: None,
+        file: None,
+    });
+    let level = log.level.unwrap_or_else(|| "info".to_owned());
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
+        return invalid(
+            "log.level",
+            format!("`{level}` is not a tracing filter: {e}"),
+        );
+    }
+    if log.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+        return invalid(
+            "log.file",
+            "must not be empty; leave it out to log to stdout",
+        );
+    }
+    let format = match log.format {
+        Some(RawLogFormat::Text) => LogFormat::Text,
+        Some(RawLogFormat::Json) | None => LogFormat::Json,
+    };
+    let log = LogConfig {
+        level,
+        format,
+        file: log.file,
+    };
+
+    let admin = raw.admin.and_then(|a| {
+        let allow = a
+            .allow
+            .map_or_else(loopback, |l| l.items.iter().map(|c| c.0).collect());
+        a.listen.map(|l| AdminConfig { listen: l.0, allow })
+    });
+
+    if raw.pools.is_empty() {
+        return invalid("pools", "at least one pool is required");
+    }
+    let defaults = raw.defaults.unwrap_or_default();
+    let mut pools: Vec<PoolConfig> = Vec::with_capacity(raw.pools.len());
+    let mut listeners: Vec<(SocketAddr, String)> = Vec::new();
+    if let Some(a) = &admin {
+        listeners.push((a.listen, "admin.listen".to_owned()));
+    }
+    for (i, raw_pool) in raw.pools.into_iter().enumerate() {
+        let at = format!("pools[{i}]");
+        if let Some(j) = pools.iter().position(|p| p.name == raw_pool.name.0) {
+            return invalid(
+                format!("{at}.name"),
+                format!(
+                    "duplicate pool name `{}` (also pools[{j}])",
+                    raw_pool.name.0
+                ),
+            );
+        }
+        for (k, addr) in raw_pool.listen.items.iter().enumerate() {
+            let path = raw_pool.listen.item_path(&format!("{at}.listen"), k);
+            if let Some((other, other_path)) =
+                listeners.iter().find(|(other, _)| overlaps(addr.0, *other))
+            {
+                return invalid(
+                    path,
+                    format!(
+                        "listen address {} is already used by {other_path} ({other})",
+                        addr.0
+                    ),
+                );
+            }
+            listeners.push((addr.0, path));
+        }
+        pools.push(build_pool(&at, raw_pool, &defaults)?);
+    }
+    Ok(Config { admin, log, pools })
+}
+
+/// Two listeners cannot both bind: same port (not 0, the "any free port"
+/// request tests use) and the same IP, or a wildcard of the same family.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip()
+            || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified())))
+}
+
+fn loopback() -> Vec<IpNet> {
+    vec![
+        IpNet::from(IpAddr::from([127, 0, 0, 1])),
+        IpNet::from(IpAddr::from(Ipv6Addr::LOCALHOST)),
+    ]
+}
+
+fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConfig, Invalid> {
+    let own = RawSettings {
+        allow: raw.allow,
+        connect_timeout: raw.connect_timeout,
+        keepalive: raw.keepalive,
+        idle_timeout: raw.idle_timeout,
+        max_connections: raw.max_connections,
+        rebalance: raw.rebalance,
+        quarantine: raw.quarantine,
+        health: raw.health,
+    };
+    // Where the quarantine window values come from, to blame the right line.
+    let quarantine_path = |key: &str, has: fn(&RawQuarantine) -> bool| {
+        if own.quarantine.as_ref().is_some_and(has) {
+            Some(format!("{at}.quarantine.{key}"))
+        } else {
+            defaults
+                .quarantine
+                .as_ref()
+                .is_some_and(has)
+                .then(|| format!("defaults.quarantine.{key}"))
+        }
+    };
+    let max_path = quarantine_path("max", |q| q.max.is_some());
+    let base_path = quarantine_path("base", |q| q.base.is_some());
+    let s = own.or(defaults.clone());
+
+    let keepalive = s.keepalive.unwrap_or_default();
+    let rebalance = s.rebalance.unwrap_or_default();
+    let q = s.quarantine.unwrap_or_default();
+    let quarantine = Quarantine {
+        base: q.base.map_or(Duration::from_secs(300), |d| d.0),
+        max: q.max.map_or(Duration::from_secs(1800), |d| d.0),
+        failures: q.failures.map_or(3, NonZeroU32::get),
+    };
+    if quarantine.max < quarantine.base {
+        let path = max_path
+            .or(base_path)
+            .unwrap_or_else(|| format!("{at}.quarantine"));
+        return invalid(
+            path,
+            format!(
+                "quarantine.max ({}) is shorter than quarantine.base ({})",
+                humantime::format_duration(quarantine.max),
+                humantime::format_duration(quarantine.base)
+            ),
+        );
+    }
+    let health = build_health(s.health.unwrap_or_default());
+    let backends = build_backends(at, raw.backends, health.probe)?;
+    Ok(PoolConfig {
+        name: raw.name.0,
+        listen: raw.listen.items.iter().map(|l| l.0).collect(),
+        allow: s
+            .allow
+            .map_or_else(Vec::new, |l| l.items.iter().map(|c| c.0).collect()),
+        connect_timeout: s.connect_timeout.map_or(Duration::from_secs(5), |d| d.0),
+        keepalive: Keepalive {
+            idle: keepalive.idle.map_or(Duration::from_secs(60), |d| d.0),
+            interval: keepalive.interval.map_or(Duration::from_secs(10), |d| d.0),
+            count: keepalive.count.map_or(6, |c| c.0),
+        },
+        idle_timeout: s.idle_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
+        max_connections: s.max_connections.map_or(1024, NonZeroUsize::get),
+        rebalance: Rebalance {
+            interval: rebalance
+                .interval
+                .map_or(Some(Duration::from_secs(60)), |d| {
+                    Some(d.0).filter(|d| !d.is_zero())
+                }),
+            min_imbalance: rebalance.min_imbalance.map_or(2, NonZeroUsize::get),
+        },
+        quarantine,
+        health,
+        backends,
+    })
+}
+
+fn build_health(h: RawHealth) -> Health {
+    let (network, magic) = match (h.network, h.magic) {
+        (Some(n), Some(m)) => (n.name_and_magic().0, m.0),
+        (None, Some(m)) => ("custom", m.0),
+        (n, None) => n.unwrap_or(Network::Litecoin).name_and_magic(),
+    };
+    Health {
+        probe: match h.probe {
+            Some(RawProbe::Connect) | None => ProbeKind::Connect,
+            Some(RawProbe::BitcoinP2p) => ProbeKind::BitcoinP2p,
+            Some(RawProbe::Blockbook) => ProbeKind::Blockbook,
+            Some(RawProbe::Http) => ProbeKind::Http,
+        },
+        interval: h.interval.map_or(Duration::from_secs(30), |d| d.0),
+        timeout: h.timeout.map_or(Duration::from_secs(5), |d| d.0),
+        max_lag_blocks: h.max_lag_blocks.unwrap_or(3),
+        network: network.to_owned(),
+        magic,
+        fall: h.fall.map_or(2, NonZeroU32::get),
+        rise: h.rise.map_or(1, NonZeroU32::get),
+        drain: h.drain.unwrap_or(true),
+    }
+}
+
+fn build_backends(
+    at: &str,
+    raw: Vec<RawBackend>,
+    probe: ProbeKind,
+) -> Result<Vec<BackendConfig>, Invalid> {
+    if raw.is_empty() {
+        return invalid(
+            format!("{at}.backends"),
+            "a pool needs at least one backend",
+        );
+    }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut backends = Vec::with_capacity(raw.len());
+    for (j, b) in raw.into_iter().enumerate() {
+        let path = format!("{at}.backends[{j}]");
+        let (name, name_path) = match b.name {
+            Some(n) => (n.0, format!("{path}.name")),
+            None => (b.addr.0.clone(), path.clone()),
+        };
+        if let Some(first) = seen.insert(name.clone(), j) {
+            return invalid(
+                name_path,
+                format!("duplicate backend name `{name}` (also backends[{first}])"),
+            );
+        }
+        let speaks_http = matches!(probe, ProbeKind::Blockbook | ProbeKind::Http);
+        if speaks_http && b.probe_url.is_none() && default_probe_url(probe, &b.addr.0).is_none() {
+            return invalid(
+                path,
+                format!("cannot make a probe URL from `{}`; set probe_url", b.addr.0),
+            );
+        }
+        backends.push(BackendConfig {
+            name,
+            addr: b.addr.0,
+            backup: b.backup,
+            probe_url: b.probe_url.map(|u| u.0),
+        });
+    }
+    Ok(backends)
+}
+
+/// The URL a `blockbook` or `http` probe requests when a backend has no
+/// `probe_url`: `http://{addr}/api/` (Blockbook's status endpoint) or
+/// `http://{addr}/`. `None` for probes that do not speak HTTP.
+///
+/// The derived URL is deliberately NOT stored in `BackendConfig::probe_url`:
+/// the contract treats a failing *separate* `probe_url` (a REST twin) as
+/// `unknown`, while a probe on the node's own address may judge it, so the
+/// probe must be able to tell the two apart. Probes call this for the
+/// fallback; `check` shows it.
+pub(super) fn default_probe_url(probe: ProbeKind, addr: &str) -> Option<url::Url> {
+    let path = match probe {
+        ProbeKind::Blockbook => "/api/",
+        ProbeKind::Http => "/",
+        ProbeKind::Connect | ProbeKind::BitcoinP2p => return None,
+    };
+    url::Url::parse(&format!("http://{addr}{path}")).ok()
+}

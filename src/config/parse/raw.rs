@@ -1,0 +1,235 @@
+//! The serde shapes of config.yaml (every key optional where a default
+//! exists) and the key-by-key merge of `defaults` into each pool.
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::values::{
+    Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, Magic, OneOrMany, PoolName, RawBackend,
+};
+
+pub(super) type AnyDur = Dur<false>;
+pub(super) type PosDur = Dur<true>;
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping of `admin`, `log`, `defaults` and `pools`"
+)]
+pub(super) struct RawFile {
+    pub(super) admin: Option<RawAdmin>,
+    pub(super) log: Option<RawLog>,
+    pub(super) defaults: Option<RawSettings>,
+    pub(super) pools: Vec<RawPool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "an `admin` mapping")]
+pub(super) struct RawAdmin {
+    pub(super) listen: Option<ListenAddr>,
+    pub(super) allow: Option<OneOrMany<Cidr>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a `log` mapping")]
+pub(super) struct RawLog {
+    pub(super) level: Option<String>,
+    pub(super) format: Option<RawLogFormat>,
+    pub(super) file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawLogFormat {
+    Json,
+    Text,
+}
+
+/// Everything `defaults` may set; a pool may set each key too (see [`RawPool`]).
+/// `allow` is accepted here as well, so one allow-list can cover every pool.
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `defaults` mapping")]
+pub(super) struct RawSettings {
+    pub(super) allow: Option<OneOrMany<Cidr>>,
+    pub(super) connect_timeout: Option<PosDur>,
+    pub(super) keepalive: Option<RawKeepalive>,
+    pub(super) idle_timeout: Option<AnyDur>,
+    pub(super) max_connections: Option<NonZeroUsize>,
+    pub(super) rebalance: Option<RawRebalance>,
+    pub(super) quarantine: Option<RawQuarantine>,
+    pub(super) health: Option<RawHealth>,
+}
+
+// The settings keys are repeated rather than `#[serde(flatten)]`ed:
+// flatten does not work with `deny_unknown_fields` and loses line numbers.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a pool mapping with `name`, `listen` and `backends`"
+)]
+pub(super) struct RawPool {
+    pub(super) name: PoolName,
+    pub(super) listen: OneOrMany<ListenAddr>,
+    pub(super) backends: Vec<RawBackend>,
+    pub(super) allow: Option<OneOrMany<Cidr>>,
+    pub(super) connect_timeout: Option<PosDur>,
+    pub(super) keepalive: Option<RawKeepalive>,
+    pub(super) idle_timeout: Option<AnyDur>,
+    pub(super) max_connections: Option<NonZeroUsize>,
+    pub(super) rebalance: Option<RawRebalance>,
+    pub(super) quarantine: Option<RawQuarantine>,
+    pub(super) health: Option<RawHealth>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `keepalive` mapping")]
+pub(super) struct RawKeepalive {
+    pub(super) idle: Option<KeepaliveSecs>,
+    pub(super) interval: Option<KeepaliveSecs>,
+    pub(super) count: Option<KeepaliveCount>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `rebalance` mapping")]
+pub(super) struct RawRebalance {
+    pub(super) interval: Option<AnyDur>,
+    pub(super) min_imbalance: Option<NonZeroUsize>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `quarantine` mapping")]
+pub(super) struct RawQuarantine {
+    pub(super) base: Option<PosDur>,
+    pub(super) max: Option<PosDur>,
+    pub(super) failures: Option<NonZeroU32>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `health` mapping")]
+pub(super) struct RawHealth {
+    pub(super) probe: Option<RawProbe>,
+    pub(super) interval: Option<PosDur>,
+    pub(super) timeout: Option<PosDur>,
+    pub(super) max_lag_blocks: Option<u64>,
+    pub(super) network: Option<Network>,
+    pub(super) magic: Option<Magic>,
+    pub(super) fall: Option<NonZeroU32>,
+    pub(super) rise: Option<NonZeroU32>,
+    pub(super) drain: Option<bool>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum RawProbe {
+    Connect,
+    BitcoinP2p,
+    Blockbook,
+    Http,
+}
+
+/// Known networks and their message-start bytes in wire order.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Network {
+    Litecoin,
+    LitecoinTestnet,
+    LitecoinRegtest,
+    Bitcoin,
+    BitcoinTestnet,
+    BitcoinRegtest,
+}
+
+impl Network {
+    pub(super) fn name_and_magic(self) -> (&'static str, [u8; 4]) {
+        match self {
+            Network::Litecoin => ("litecoin", [0xfb, 0xc0, 0xb6, 0xdb]),
+            Network::LitecoinTestnet => ("litecoin-testnet", [0xfd, 0xd2, 0xc8, 0xf1]),
+            Network::LitecoinRegtest => ("litecoin-regtest", [0xfa, 0xbf, 0xb5, 0xda]),
+            Network::Bitcoin => ("bitcoin", [0xf9, 0xbe, 0xb4, 0xd9]),
+            Network::BitcoinTestnet => ("bitcoin-testnet", [0x0b, 0x11, 0x09, 0x07]),
+            Network::BitcoinRegtest => ("bitcoin-regtest", [0xfa, 0xbf, 0xb5, 0xda]),
+        }
+    }
+}
+
+/// Key-by-key merge: `self` (the pool) wins, `fallback` (defaults) fills gaps.
+pub(super) trait Merge: Sized {
+    fn or(self, fallback: Self) -> Self;
+}
+
+pub(super) fn merge<T: Merge>(own: Option<T>, fallback: Option<T>) -> Option<T> {
+    match (own, fallback) {
+        (Some(own), Some(fallback)) => Some(own.or(fallback)),
+        (own, fallback) => own.or(fallback),
+    }
+}
+
+impl Merge for RawSettings {
+    fn or(self, d: Self) -> Self {
+        RawSettings {
+            allow: self.allow.or(d.allow),
+            connect_timeout: self.connect_timeout.or(d.connect_timeout),
+            keepalive: merge(self.keepalive, d.keepalive),
+            idle_timeout: self.idle_timeout.or(d.idle_timeout),
+            max_connections: self.max_connections.or(d.max_connections),
+            rebalance: merge(self.rebalance, d.rebalance),
+            quarantine: merge(self.quarantine, d.quarantine),
+            health: merge(self.health, d.health),
+        }
+    }
+}
+
+impl Merge for RawKeepalive {
+    fn or(self, d: Self) -> Self {
+        RawKeepalive {
+            idle: self.idle.or(d.idle),
+            interval: self.interval.or(d.interval),
+            count: self.count.or(d.count),
+        }
+    }
+}
+
+impl Merge for RawRebalance {
+    fn or(self, d: Self) -> Self {
+        RawRebalance {
+            interval: self.interval.or(d.interval),
+            min_imbalance: self.min_imbalance.or(d.min_imbalance),
+        }
+    }
+}
+
+impl Merge for RawQuarantine {
+    fn or(self, d: Self) -> Self {
+        RawQuarantine {
+            base: self.base.or(d.base),
+            max: self.max.or(d.max),
+            failures: self.failures.or(d.failures),
+        }
+    }
+}
+
+impl Merge for RawHealth {
+    fn or(self, d: Self) -> Self {
+        // `network` and `magic` name one thing: the layer that sets either
+        // decides both, so a pool's `network: bitcoin` is not paired with a
+        // `magic` override written for the defaults' network.
+        let (network, magic) = if self.network.is_some() || self.magic.is_some() {
+            (self.network, self.magic)
+        } else {
+            (d.network, d.magic)
+        };
+        RawHealth {
+            probe: self.probe.or(d.probe),
+            interval: self.interval.or(d.interval),
+            timeout: self.timeout.or(d.timeout),
+            max_lag_blocks: self.max_lag_blocks.or(d.max_lag_blocks),
+            network,
+            magic,
+            fall: self.fall.or(d.fall),
+            rise: self.rise.or(d.rise),
+            drain: self.drain.or(d.drain),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Tracing setup: one event per line, JSON (flat objects) or text
+//! (`key=value`), to stdout or a daily-rotated file, through a non-blocking
+//! writer that is flushed when the returned guard drops.
+
+use std::io;
+
+use anyhow::Context;
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{LogConfig, LogFormat};
+
+/// Keeps the log writer alive; dropping it flushes every pending line.
+#[must_use = "dropping the guard stops logging"]
+pub struct LogGuard(#[allow(dead_code)] WorkerGuard);
+
+/// Install the global subscriber for `config`. `RUST_LOG`, when set, replaces
+/// `log.level`.
+///
+/// # Errors
+/// A bad filter, an unwritable log directory, or a subscriber already set.
+pub fn init(config: &LogConfig) -> anyhow::Result<LogGuard> {
+    let level = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| config.level.clone());
+    let filter = EnvFilter::try_new(&level).with_context(|| format!("log level {level:?}"))?;
+    // Lossless: under pressure the writer blocks rather than drop events.
+    let builder = NonBlockingBuilder::default().lossy(false);
+    let (writer, guard) = match &config.file {
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let name = path
+                .file_name()
+                .with_context(|| format!("log file {} has no file name", path.display()))?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("create log directory {}", dir.display()))?;
+            builder.finish(tracing_appender::rolling::daily(dir, name))
+        }
+        None => builder.finish(io::stdout()),
+    };
+    let base = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_target(false);
+    let installed = match config.format {
+        LogFormat::Json => base
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+        LogFormat::Text => base.with_ansi(false).try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("install log subscriber: {e}"))?;
+    Ok(LogGuard(guard))
+}

@@ -1,0 +1,63 @@
+//! Health probes: one kind per file, all answering with a [`Report`].
+//!
+//! A probe only observes; what a verdict does to a backend (hysteresis,
+//! lag, quarantine) is decided in `health`.
+
+pub mod p2p;
+pub mod wire;
+
+use std::fmt;
+
+/// What one probe concluded about a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The node answered and says it is fine.
+    Healthy,
+    /// The node answered and says it is not fine (e.g. Blockbook `inSync: false`).
+    Unhealthy,
+    /// The node's own address refused or timed out the TCP connect.
+    Down,
+    /// Reached, but no answer the probe understands; or the REST twin failed.
+    Unknown,
+}
+
+impl Verdict {
+    /// The name used in logs, `/status` and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Healthy => "healthy",
+            Verdict::Unhealthy => "unhealthy",
+            Verdict::Down => "down",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A probe's verdict, the node's block height when the probe reads one, and
+/// a short human-readable detail (never containing secrets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Block height the node reported, if the probe reads heights.
+    pub height: Option<u64>,
+    /// Why, in a few words (`refused`, `bad checksum`, `inSync false` ...).
+    pub detail: String,
+}
+
+impl Report {
+    /// A report without a height.
+    pub fn new(verdict: Verdict, detail: impl Into<String>) -> Report {
+        Report {
+            verdict,
+            height: None,
+            detail: detail.into(),
+        }
+    }
+}

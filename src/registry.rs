@@ -1,0 +1,269 @@
+//! Per-pool state: backends, their health, their live connections and counters.
+//!
+//! One `Mutex` per pool guards membership, health and connection sets
+//! together, so selection sees them in step and reserves its slot in the same
+//! critical section (concurrent clients spread 3/2/2, never 7/0/0). The lock
+//! is never held across an `.await`. Byte counters are atomics the splice
+//! updates without the lock.
+//!
+//! Each connection registers a [`Closer`] so any one of them can be closed
+//! from outside (drain, rebalance: "the busiest backend's newest connection";
+//! connection ids grow, so the newest is the largest).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use arc_swap::ArcSwap;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{BackendConfig, PoolConfig};
+use crate::health::{BackendHealth, Transition};
+use crate::select::{self, Candidate};
+
+/// Process-wide connection id, as logged in `conn`.
+pub type ConnId = u64;
+
+/// Stable identity of a backend within its pool (survives reloads).
+pub type BackendId = u64;
+
+/// Closes one connection from outside, with a reason for its `closed` event.
+#[derive(Debug)]
+pub struct Closer {
+    token: CancellationToken,
+    reason: OnceLock<&'static str>,
+}
+
+impl Closer {
+    /// A closer that also fires when `parent` is cancelled.
+    pub fn child_of(parent: &CancellationToken) -> Closer {
+        Closer {
+            token: parent.child_token(),
+            reason: OnceLock::new(),
+        }
+    }
+
+    /// Ask the connection to close; the first reason given wins.
+    pub fn close(&self, reason: &'static str) {
+        // A second reason for the same close is not news: keep the first.
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+
+    /// Resolves once the connection must close. Cancel-safe.
+    pub async fn closed(&self) {
+        self.token.cancelled().await
+    }
+
+    /// Why it was closed; a parent cancellation means shutdown.
+    pub fn reason(&self) -> &'static str {
+        self.reason.get().copied().unwrap_or("shutdown")
+    }
+}
+
+/// Cumulative counters of one backend, shared with its connections.
+#[derive(Debug, Default)]
+pub struct BackendStats {
+    /// Client connections spliced to it.
+    pub connections_total: AtomicU64,
+    /// Failed connects from client traffic.
+    pub connect_failures_total: AtomicU64,
+    /// Bytes client → backend.
+    pub bytes_up: AtomicU64,
+    /// Bytes backend → client.
+    pub bytes_down: AtomicU64,
+}
+
+/// A live connection as the registry knows it.
+#[derive(Debug, Clone)]
+pub struct ConnEntry {
+    /// When the client was accepted.
+    pub started: Instant,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// Closes it.
+    pub closer: Arc<Closer>,
+}
+
+/// One backend of a pool.
+#[derive(Debug)]
+pub struct Backend {
+    /// Stable id.
+    pub id: BackendId,
+    /// Its config.
+    pub config: BackendConfig,
+    /// Its health record.
+    pub health: BackendHealth,
+    /// Live connections, oldest first.
+    pub conns: BTreeMap<ConnId, ConnEntry>,
+    /// Its counters.
+    pub stats: Arc<BackendStats>,
+}
+
+/// Where a chosen connection goes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Backend id.
+    pub id: BackendId,
+    /// Backend name, for logs.
+    pub name: String,
+    /// `host:port` to resolve and connect.
+    pub addr: String,
+    /// Counters to update.
+    pub stats: Arc<BackendStats>,
+}
+
+/// A pool and its mutable state.
+#[derive(Debug)]
+pub struct Pool {
+    /// Pool name.
+    pub name: String,
+    config: ArcSwap<PoolConfig>,
+    backends: Mutex<Vec<Backend>>,
+    clients: AtomicUsize,
+    /// Cancelled when the pool stops (shutdown or removal by reload).
+    pub token: CancellationToken,
+}
+
+impl Pool {
+    /// A pool with fresh backend states; `token` is the parent of every
+    /// connection's closer.
+    pub fn new(config: PoolConfig, token: CancellationToken) -> Pool {
+        let backends = config
+            .backends
+            .iter()
+            .zip(0..)
+            .map(|(b, id)| Backend {
+                id,
+                config: b.clone(),
+                health: BackendHealth::default(),
+                conns: BTreeMap::new(),
+                stats: Arc::default(),
+            })
+            .collect();
+        Pool {
+            name: config.name.clone(),
+            config: ArcSwap::from_pointee(config),
+            backends: Mutex::new(backends),
+            clients: AtomicUsize::new(0),
+            token,
+        }
+    }
+
+    /// The current settings (a cheap snapshot).
+    pub fn config(&self) -> Arc<PoolConfig> {
+        self.config.load_full()
+    }
+
+    /// Lock the backends. Callers keep the guard short and never `.await`
+    /// with it held.
+    pub fn backends(&self) -> MutexGuard<'_, Vec<Backend>> {
+        // A panic while holding the lock leaves plain data behind that is
+        // still consistent enough to serve; keep going rather than cascade.
+        self.backends.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admit one more client if the pool is below `max_connections`.
+    pub fn admit(self: &Arc<Self>) -> Option<Admission> {
+        let max = self.config.load().max_connections;
+        self.clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Admission { pool: self.clone() })
+    }
+
+    /// Live client connections in the pool.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Acquire)
+    }
+
+    /// Choose the next backend for connection `conn` and register it there.
+    /// `tried` lists backends that already failed for this connection.
+    pub fn reserve(
+        self: &Arc<Self>,
+        conn: ConnId,
+        entry: ConnEntry,
+        tried: &[BackendId],
+    ) -> Option<(Lease, Target)> {
+        let mut backends = self.backends();
+        let cands: Vec<Candidate> = backends
+            .iter()
+            .map(|b| Candidate {
+                usable: b.health.state.is_usable(),
+                backup: b.config.backup,
+                live: b.conns.len(),
+                last_failure: b.health.last_failure,
+                tried: tried.contains(&b.id),
+            })
+            .collect();
+        let chosen = &mut backends[select::pick(&cands)?];
+        chosen.conns.insert(conn, entry);
+        let target = Target {
+            id: chosen.id,
+            name: chosen.config.name.clone(),
+            addr: chosen.config.addr.clone(),
+            stats: chosen.stats.clone(),
+        };
+        let lease = Lease {
+            pool: self.clone(),
+            backend: chosen.id,
+            conn,
+        };
+        Some((lease, target))
+    }
+
+    /// Record the outcome of a client connect to `backend`.
+    pub fn record_connect(&self, backend: BackendId, ok: bool) -> Option<Transition> {
+        let mut backends = self.backends();
+        let b = backends.iter_mut().find(|b| b.id == backend)?;
+        if ok {
+            b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
+            b.health.connect_succeeded()
+        } else {
+            b.stats.connect_failures_total.fetch_add(1, Ordering::Relaxed);
+            b.health.connect_failed(Instant::now())
+        }
+    }
+
+    fn release(&self, backend: BackendId, conn: ConnId) {
+        let mut backends = self.backends();
+        if let Some(b) = backends.iter_mut().find(|b| b.id == backend) {
+            b.conns.remove(&conn);
+        }
+    }
+}
+
+/// A client's place in the pool's `max_connections` budget; freed on drop.
+#[derive(Debug)]
+pub struct Admission {
+    pool: Arc<Pool>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.pool.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's registration on a backend; unregistered on drop.
+#[derive(Debug)]
+pub struct Lease {
+    pool: Arc<Pool>,
+    backend: BackendId,
+    conn: ConnId,
+}
+
+impl Lease {
+    /// The backend this lease is on.
+    pub fn backend(&self) -> BackendId {
+        self.backend
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.release(self.backend, self.conn);
+    }
+}

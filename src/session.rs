@@ -1,0 +1,99 @@
+//! One client connection's life: pick a backend, connect (failing over within
+//! the same client connection), splice, and log one `closed` event.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::connect::{self, ConnectError};
+use crate::registry::{Admission, BackendId, Closer, ConnEntry, ConnId, Lease, Pool, Target};
+use crate::{sockopt, splice};
+
+/// Serve one accepted client until it closes.
+pub async fn serve(
+    pool: Arc<Pool>,
+    client: TcpStream,
+    peer: SocketAddr,
+    conn: ConnId,
+    admission: Admission,
+) {
+    let started = Instant::now();
+    let config = pool.config();
+    let closer = Arc::new(Closer::child_of(&pool.token));
+    if let Err(err) = sockopt::tune(&client, &config.keepalive) {
+        debug!(pool = %pool.name, conn, client = %peer, %err, "socket options on client failed");
+    }
+    let entry = ConnEntry {
+        started,
+        client: peer,
+        closer: closer.clone(),
+    };
+    let Some((lease, target, backend)) =
+        connect_some(&pool, conn, peer, &entry, config.connect_timeout).await
+    else {
+        info!(
+            pool = %pool.name, conn, client = %peer,
+            bytes_up = 0u64, bytes_down = 0u64,
+            duration_ms = started.elapsed().as_millis() as u64,
+            reason = "no_backend", "closed"
+        );
+        return;
+    };
+    if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
+        debug!(pool = %pool.name, conn, backend = %target.name, %err, "socket options on backend failed");
+    }
+    let out = splice::splice(&client, &backend, &target.stats, config.idle_timeout, &closer).await;
+    drop(lease);
+    drop(admission);
+    let err = out.error.as_ref().map(|e| e.to_string());
+    info!(
+        pool = %pool.name, backend = %target.name, conn, client = %peer,
+        bytes_up = out.bytes_up, bytes_down = out.bytes_down,
+        duration_ms = started.elapsed().as_millis() as u64,
+        reason = out.reason, err, "closed"
+    );
+}
+
+/// Try candidates in selection order until one connects. Each backend is
+/// tried at most once for this client; `None` once every one failed or the
+/// connection was closed from outside meanwhile.
+async fn connect_some(
+    pool: &Arc<Pool>,
+    conn: ConnId,
+    peer: SocketAddr,
+    entry: &ConnEntry,
+    timeout: Duration,
+) -> Option<(Lease, Target, TcpStream)> {
+    let mut tried: Vec<BackendId> = Vec::new();
+    loop {
+        let (lease, target) = pool.reserve(conn, entry.clone(), &tried)?;
+        tried.push(target.id);
+        let result = tokio::select! {
+            r = connect::connect(&target.addr, timeout) => r,
+            () = entry.closer.closed() => return None,
+        };
+        match result {
+            Ok(stream) => {
+                pool.record_connect(target.id, true);
+                debug!(pool = %pool.name, backend = %target.name, conn, client = %peer, "connected");
+                return Some((lease, target, stream));
+            }
+            Err(err) => {
+                drop(lease);
+                pool.record_connect(target.id, false);
+                log_failure(pool, &target, conn, peer, &err);
+            }
+        }
+    }
+}
+
+fn log_failure(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr, err: &ConnectError) {
+    warn!(
+        pool = %pool.name, backend = %target.name, conn, client = %peer,
+        reason = err.kind(), err = %err, "connect_failed"
+    );
+}

@@ -1,0 +1,166 @@
+//! In-test backend nodes on loopback: echo, custom handlers, black holes.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+type Handler = Arc<dyn Fn(TcpStream) -> futures_boxed::BoxFuture + Send + Sync>;
+
+mod futures_boxed {
+    use std::future::Future;
+    use std::pin::Pin;
+    pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// A backend node: a listener whose connections run `handler`. Counts accepts
+/// and live connections; can be stopped (listener and connections closed)
+/// and started again on the same address.
+pub struct Node {
+    /// Its address.
+    pub addr: SocketAddr,
+    handler: Handler,
+    accepted: Arc<AtomicUsize>,
+    live: Arc<AtomicUsize>,
+    stop: CancellationToken,
+}
+
+impl Node {
+    /// A node whose connections each run `handler`.
+    pub async fn start<F, Fut>(handler: F) -> Node
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |s| Box::pin(handler(s)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut node = Node {
+            addr: listener.local_addr().unwrap(),
+            handler,
+            accepted: Arc::default(),
+            live: Arc::default(),
+            stop: CancellationToken::new(),
+        };
+        node.serve(listener);
+        node
+    }
+
+    /// A node that echoes every byte and half-closes after the client's EOF.
+    pub async fn echo() -> Node {
+        Node::start(echo).await
+    }
+
+    /// A node that accepts and holds connections, reading and discarding.
+    pub async fn hold() -> Node {
+        Node::start(|mut s: TcpStream| async move {
+            let mut buf = [0u8; 4096];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+        })
+        .await
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let (handler, accepted, live) = (self.handler.clone(), self.accepted.clone(), self.live.clone());
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    () = stop.cancelled() => return,
+                    r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
+                };
+                accepted.fetch_add(1, Ordering::SeqCst);
+                live.fetch_add(1, Ordering::SeqCst);
+                let (handler, live, stop) = (handler.clone(), live.clone(), stop.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = stop.cancelled() => {}
+                        () = handler(stream) => {}
+                    }
+                    live.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+    }
+
+    /// Connections accepted since start.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Connections open now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Close the listener and every connection.
+    pub fn stop(&mut self) {
+        self.stop.cancel();
+    }
+
+    /// Listen again on the same address.
+    pub async fn restart(&mut self) {
+        self.stop = CancellationToken::new();
+        let listener = TcpListener::bind(self.addr).await.unwrap();
+        self.serve(listener);
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Echo until EOF, then half-close.
+pub async fn echo(mut s: TcpStream) {
+    let (mut r, mut w) = s.split();
+    if tokio::io::copy(&mut r, &mut w).await.is_ok() {
+        let _ = w.shutdown().await;
+    }
+}
+
+/// A loopback address that accepts no TCP handshake: a listener whose accept
+/// queue is full, so the kernel drops further SYNs. Keep it alive while used.
+pub struct BlackHole {
+    /// Its address.
+    pub addr: SocketAddr,
+    _listener: socket2::Socket,
+    _fillers: Vec<std::net::TcpStream>,
+}
+
+impl BlackHole {
+    /// Make one and check that a connect to it really hangs.
+    pub fn new() -> BlackHole {
+        use socket2::{Domain, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+        sock.listen(0).unwrap();
+        let addr = sock.local_addr().unwrap().as_socket().unwrap();
+        let mut fillers = Vec::new();
+        // Fill the accept queue; stop once a connect no longer completes.
+        for _ in 0..8 {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                Ok(s) => fillers.push(s),
+                Err(_) => {
+                    return BlackHole {
+                        addr,
+                        _listener: sock,
+                        _fillers: fillers,
+                    };
+                }
+            }
+        }
+        panic!("could not fill the accept queue of {addr}");
+    }
+}
+
+/// A loopback address with nothing listening (connects are refused).
+pub fn refused_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
