@@ -1,23 +1,32 @@
-//! A backend's health state and the pure rules that move it.
+//! A backend's health record and the pure rules that move it: hysteresis,
+//! quarantine windows that double per repeat offence, probe-gated return.
 //!
-//! The registry owns one [`BackendHealth`] per backend and feeds it events
-//! (connect results now; probe verdicts and quarantine windows later). Every
-//! transition here is a plain function of (state, event, now) so it can be
-//! table-tested without sockets or timers.
+//! Every transition is a plain function of (record, event, now), so the
+//! rules are table-tested here without sockets or timers; the registry feeds
+//! events in and acts on the [`Effect`]s that come out.
 
 use std::fmt;
+use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::config::PoolConfig;
 
 /// Where a backend stands, as the contract names the states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Never checked, or the last check could not tell. Usable.
+    /// Never probed, or the last probe could not tell. Usable.
     Unknown,
-    /// The last check passed. Usable.
+    /// The last probe or connect passed. Usable.
     Healthy,
-    /// The node's own address refused or timed out a TCP connect.
+    /// Out: its height trails the best usable backend by more than `max_lag_blocks`.
+    Lagging,
+    /// Out: a probe said so (e.g. Blockbook `inSync: false`).
+    Unhealthy,
+    /// Out: the node's own address refused or timed out the TCP connect.
     Down,
+    /// Out: put in maintenance by an operator.
+    Quarantined,
 }
 
 impl State {
@@ -31,7 +40,10 @@ impl State {
         match self {
             State::Unknown => "unknown",
             State::Healthy => "healthy",
+            State::Lagging => "lagging",
+            State::Unhealthy => "unhealthy",
             State::Down => "down",
+            State::Quarantined => "quarantined",
         }
     }
 }
@@ -42,79 +54,274 @@ impl fmt::Display for State {
     }
 }
 
+/// Why a backend was taken out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `quarantine.failures` consecutive connect failures from client traffic.
+    ConnectFailures,
+    /// `health.fall` probes said down.
+    Down,
+    /// `health.fall` probes said unhealthy.
+    Unhealthy,
+    /// `health.fall` probes found it lagging.
+    Lagging,
+    /// An operator's maintenance window.
+    Manual,
+}
+
+impl Reason {
+    /// The name used in logs, `/status` and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ConnectFailures => "connect_failures",
+            Reason::Down => "down",
+            Reason::Unhealthy => "unhealthy",
+            Reason::Lagging => "lagging",
+            Reason::Manual => "manual",
+        }
+    }
+
+    fn state(self) -> State {
+        match self {
+            Reason::ConnectFailures | Reason::Down => State::Down,
+            Reason::Unhealthy => State::Unhealthy,
+            Reason::Lagging => State::Lagging,
+            Reason::Manual => State::Quarantined,
+        }
+    }
+}
+
+/// A probe's verdict after the lag rule has been applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Passed.
+    Healthy,
+    /// Could not tell; usable, neither passes nor fails.
+    Unknown,
+    /// Failed for this reason (`Down`, `Unhealthy` or `Lagging`).
+    Bad(Reason),
+}
+
+/// A quarantine window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quarantine {
+    /// When the window ends; after it, `rise` passed probes bring the backend back.
+    pub until: Instant,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// The thresholds the rules use, from the pool's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// First window.
+    pub base: Duration,
+    /// Window cap.
+    pub max: Duration,
+    /// Consecutive client connect failures that quarantine.
+    pub failures: u32,
+    /// Consecutive bad probe verdicts that quarantine.
+    pub fall: u32,
+    /// Consecutive passed probes, after the window, that bring it back.
+    pub rise: u32,
+}
+
+impl Policy {
+    /// The policy of a pool.
+    pub fn of(config: &PoolConfig) -> Policy {
+        Policy {
+            base: config.quarantine.base,
+            max: config.quarantine.max,
+            failures: config.quarantine.failures,
+            fall: config.health.fall,
+            rise: config.health.rise,
+        }
+    }
+
+    /// Window for the `strikes`-th quarantine since the last success:
+    /// base, 2×base, 4×base … capped at max.
+    pub fn window(&self, strikes: u32) -> Duration {
+        let doublings = strikes.saturating_sub(1).min(31);
+        self.base.saturating_mul(1 << doublings).min(self.max)
+    }
+}
+
+/// What a transition did, for the caller to log and act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing an operator needs to hear about.
+    None,
+    /// Taken out for `window`.
+    Quarantined {
+        /// Why.
+        reason: Reason,
+        /// How long.
+        window: Duration,
+    },
+    /// Back in service.
+    Released,
+}
+
 /// A backend's health record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendHealth {
-    /// Current state.
-    pub state: State,
-    /// When a connect to it last failed; orders fail-open attempts.
-    pub last_failure: Option<Instant>,
+    /// `Unknown` or `Healthy`: the state while not taken out.
+    base: State,
+    /// Present while taken out (in the window or waiting for `rise` probes).
+    pub quarantine: Option<Quarantine>,
+    /// Quarantines since the last success; sets the next window.
+    pub strikes: u32,
     /// Consecutive connect failures from client traffic.
-    pub consecutive_failures: u32,
+    pub connect_failures: u32,
+    /// Consecutive bad probe verdicts.
+    pub bad_probes: u32,
+    /// Consecutive passed probes since the window ended.
+    pub good_probes: u32,
+    /// Last failed connect; orders fail-open attempts and merges one
+    /// outage's concurrent failures into one.
+    pub last_failure: Option<Instant>,
+    /// Bumped by every change that is not a probe's doing (manual
+    /// quarantine, release, client-traffic quarantine), so a probe that
+    /// started before it is recognised as stale.
+    pub epoch: u64,
 }
 
 impl Default for BackendHealth {
     fn default() -> Self {
         BackendHealth {
-            state: State::Unknown,
+            base: State::Unknown,
+            quarantine: None,
+            strikes: 0,
+            connect_failures: 0,
+            bad_probes: 0,
+            good_probes: 0,
             last_failure: None,
-            consecutive_failures: 0,
+            epoch: 0,
         }
     }
 }
 
-/// What a state change looked like, for the caller to log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transition {
-    /// State before the event.
-    pub from: State,
-    /// State after the event.
-    pub to: State,
-}
-
 impl BackendHealth {
+    /// The state as reported.
+    pub fn state(&self) -> State {
+        self.quarantine.map_or(self.base, |q| q.reason.state())
+    }
+
+    /// Takes new clients.
+    pub fn is_usable(&self) -> bool {
+        self.state().is_usable()
+    }
+
     /// A client connection reached the backend.
-    pub fn connect_succeeded(&mut self) -> Option<Transition> {
-        self.consecutive_failures = 0;
-        self.set(State::Healthy)
+    pub fn connect_succeeded(&mut self) {
+        self.connect_failures = 0;
+        if self.quarantine.is_none() {
+            self.strikes = 0;
+            self.base = State::Healthy;
+        }
     }
 
-    /// A client connection to the backend was refused or timed out.
-    pub fn connect_failed(&mut self, now: Instant) -> Option<Transition> {
-        self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+    /// A client connect that began at `started` failed at `now`. Attempts
+    /// that began before an already recorded failure belong to that same
+    /// incident and count once.
+    pub fn connect_failed(&mut self, started: Instant, now: Instant, policy: &Policy) -> Effect {
+        let same_incident = self.last_failure.is_some_and(|t| started <= t);
         self.last_failure = Some(now);
-        self.set(State::Down)
+        if same_incident || self.quarantine.is_some() {
+            return Effect::None;
+        }
+        self.connect_failures += 1;
+        if self.connect_failures < policy.failures {
+            return Effect::None;
+        }
+        self.epoch += 1;
+        self.take_out(Reason::ConnectFailures, now, policy)
     }
 
-    fn set(&mut self, to: State) -> Option<Transition> {
-        let from = self.state;
-        self.state = to;
-        (from != to).then_some(Transition { from, to })
+    /// Apply a probe verdict at `now`.
+    pub fn probe(&mut self, verdict: Verdict, now: Instant, policy: &Policy) -> Effect {
+        let in_window = self.quarantine.is_some_and(|q| now < q.until);
+        match verdict {
+            Verdict::Healthy => {
+                self.bad_probes = 0;
+                match self.quarantine {
+                    None => {
+                        self.strikes = 0;
+                        self.base = State::Healthy;
+                        Effect::None
+                    }
+                    Some(_) if in_window => Effect::None,
+                    Some(_) => {
+                        self.good_probes += 1;
+                        if self.good_probes < policy.rise {
+                            return Effect::None;
+                        }
+                        self.quarantine = None;
+                        self.good_probes = 0;
+                        self.connect_failures = 0;
+                        self.base = State::Healthy;
+                        Effect::Released
+                    }
+                }
+            }
+            Verdict::Unknown => {
+                self.bad_probes = 0;
+                self.good_probes = 0;
+                if self.quarantine.is_none() {
+                    self.base = State::Unknown;
+                }
+                Effect::None
+            }
+            Verdict::Bad(reason) => {
+                self.bad_probes += 1;
+                self.good_probes = 0;
+                match self.quarantine {
+                    Some(_) if in_window => Effect::None,
+                    // The window is over and it is still bad: the next, longer one.
+                    Some(_) => self.take_out(reason, now, policy),
+                    None if self.bad_probes >= policy.fall => self.take_out(reason, now, policy),
+                    None => Effect::None,
+                }
+            }
+        }
+    }
+
+    /// An operator's maintenance window: exactly `window` from `now`;
+    /// probes neither shorten nor extend it.
+    pub fn quarantine_manual(&mut self, window: Duration, now: Instant) {
+        self.epoch += 1;
+        self.good_probes = 0;
+        self.quarantine = Some(Quarantine {
+            until: now + window,
+            reason: Reason::Manual,
+        });
+    }
+
+    /// End the window now; the backend still returns only after `rise`
+    /// passed probes. Returns false (and changes nothing) when it was not
+    /// quarantined.
+    pub fn release(&mut self, now: Instant) -> bool {
+        let Some(q) = &mut self.quarantine else {
+            return false;
+        };
+        self.epoch += 1;
+        q.until = q.until.min(now);
+        true
+    }
+
+    fn take_out(&mut self, reason: Reason, now: Instant, policy: &Policy) -> Effect {
+        self.strikes += 1;
+        self.bad_probes = 0;
+        self.good_probes = 0;
+        let window = policy.window(self.strikes);
+        self.quarantine = Some(Quarantine {
+            until: now + window,
+            reason,
+        });
+        Effect::Quarantined { reason, window }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_makes_unusable_and_success_restores() {
-        let now = Instant::now();
-        let mut h = BackendHealth::default();
-        assert!(h.state.is_usable());
-        assert_eq!(
-            h.connect_failed(now),
-            Some(Transition {
-                from: State::Unknown,
-                to: State::Down
-            })
-        );
-        assert!(!h.state.is_usable());
-        assert_eq!(h.connect_failed(now), None, "no change, no transition");
-        assert_eq!(h.consecutive_failures, 2);
-        assert_eq!(h.last_failure, Some(now));
-        assert!(h.connect_succeeded().is_some());
-        assert_eq!(h.state, State::Healthy);
-        assert_eq!(h.consecutive_failures, 0);
-    }
-}
+#[path = "health_tests.rs"]
+mod tests;

@@ -7,6 +7,10 @@
 //! - [`select`]: least-used choice (pure).
 //! - [`registry`]: per-pool backends, health, live connections, counters.
 //! - [`health`]: backend states and their transitions (pure).
+//! - [`apply`]: applies connect outcomes, probe reports and manual commands
+//!   to a pool; drains.
+//! - [`prober`]: probe scheduling, one task per distinct target.
+//! - [`rebalance`]: the rebalance tick.
 //! - [`connect`], [`splice`], [`sockopt`]: the socket work.
 //! - [`logging`]: tracing setup (JSON or text, stdout or daily file).
 //! - [`probe`]: health probes, one kind per file.
@@ -14,12 +18,15 @@
 
 #![warn(missing_docs)]
 
+pub mod apply;
 pub mod config;
 pub mod connect;
 pub mod health;
 pub mod listener;
 pub mod logging;
 pub mod probe;
+pub mod prober;
+pub mod rebalance;
 pub mod registry;
 pub mod select;
 pub mod session;
@@ -98,7 +105,10 @@ impl Server {
             conn_ids: Arc::new(AtomicU64::new(1)),
             tracker: self.tracker.clone(),
         };
+        let prober = prober::Prober::new(self.tracker.clone(), self.root.clone());
         for (pool, listeners) in self.pools {
+            prober.watch(&pool);
+            self.tracker.spawn(rebalance::run(pool.clone()));
             for l in listeners {
                 self.tracker
                     .spawn(listener::accept_loop(l, pool.clone(), shared.clone()));

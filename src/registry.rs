@@ -14,13 +14,14 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BackendConfig, PoolConfig};
-use crate::health::{BackendHealth, Transition};
+use crate::health::{BackendHealth, Reason};
 use crate::select::{self, Candidate};
 
 /// Process-wide connection id, as logged in `conn`.
@@ -57,6 +58,11 @@ impl Closer {
         self.token.cancelled().await
     }
 
+    /// True once asked to close.
+    pub fn is_closing(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
     /// Why it was closed; a parent cancellation means shutdown.
     pub fn reason(&self) -> &'static str {
         self.reason.get().copied().unwrap_or("shutdown")
@@ -74,6 +80,33 @@ pub struct BackendStats {
     pub bytes_up: AtomicU64,
     /// Bytes backend → client.
     pub bytes_down: AtomicU64,
+    /// Probe results by outcome, indexed as [`OUTCOMES`].
+    pub probes: [AtomicU64; OUTCOMES.len()],
+    /// Quarantines by reason, indexed as [`REASONS`].
+    pub quarantines: [AtomicU64; REASONS.len()],
+}
+
+/// Probe outcomes, in the order of [`BackendStats::probes`].
+pub const OUTCOMES: [&str; 5] = ["healthy", "unknown", "unhealthy", "lagging", "down"];
+
+/// Quarantine reasons, in the order of [`BackendStats::quarantines`].
+pub const REASONS: [Reason; 5] = [
+    Reason::ConnectFailures,
+    Reason::Down,
+    Reason::Unhealthy,
+    Reason::Lagging,
+    Reason::Manual,
+];
+
+/// The last probe of a backend, as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeRecord {
+    /// When it finished.
+    pub at: SystemTime,
+    /// `healthy`, `unknown`, `unhealthy`, `lagging` or `down`.
+    pub outcome: &'static str,
+    /// Why, in a few words.
+    pub detail: String,
 }
 
 /// A live connection as the registry knows it.
@@ -96,6 +129,10 @@ pub struct Backend {
     pub config: BackendConfig,
     /// Its health record.
     pub health: BackendHealth,
+    /// Last block height a probe read.
+    pub height: Option<u64>,
+    /// Last probe result.
+    pub last_probe: Option<ProbeRecord>,
     /// Live connections, oldest first.
     pub conns: BTreeMap<ConnId, ConnEntry>,
     /// Its counters.
@@ -123,6 +160,8 @@ pub struct Pool {
     config: ArcSwap<PoolConfig>,
     backends: Mutex<Vec<Backend>>,
     clients: AtomicUsize,
+    /// Connections moved by the rebalancer.
+    pub rebalance_moves: AtomicU64,
     /// Cancelled when the pool stops (shutdown or removal by reload).
     pub token: CancellationToken,
 }
@@ -139,6 +178,8 @@ impl Pool {
                 id,
                 config: b.clone(),
                 health: BackendHealth::default(),
+                height: None,
+                last_probe: None,
                 conns: BTreeMap::new(),
                 stats: Arc::default(),
             })
@@ -148,6 +189,7 @@ impl Pool {
             config: ArcSwap::from_pointee(config),
             backends: Mutex::new(backends),
             clients: AtomicUsize::new(0),
+            rebalance_moves: AtomicU64::new(0),
             token,
         }
     }
@@ -169,7 +211,9 @@ impl Pool {
     pub fn admit(self: &Arc<Self>) -> Option<Admission> {
         let max = self.config.load().max_connections;
         self.clients
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .ok()
             .map(|_| Admission { pool: self.clone() })
     }
@@ -191,7 +235,7 @@ impl Pool {
         let cands: Vec<Candidate> = backends
             .iter()
             .map(|b| Candidate {
-                usable: b.health.state.is_usable(),
+                usable: b.health.is_usable(),
                 backup: b.config.backup,
                 live: b.conns.len(),
                 last_failure: b.health.last_failure,
@@ -214,20 +258,12 @@ impl Pool {
         Some((lease, target))
     }
 
-    /// Record the outcome of a client connect to `backend`.
-    pub fn record_connect(&self, backend: BackendId, ok: bool) -> Option<Transition> {
-        let mut backends = self.backends();
-        let b = backends.iter_mut().find(|b| b.id == backend)?;
-        if ok {
-            b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
-            b.health.connect_succeeded()
-        } else {
-            b.stats.connect_failures_total.fetch_add(1, Ordering::Relaxed);
-            b.health.connect_failed(Instant::now())
-        }
+    /// The backend with id `id`, if it is still configured.
+    pub fn find(backends: &mut [Backend], id: BackendId) -> Option<&mut Backend> {
+        backends.iter_mut().find(|b| b.id == id)
     }
 
-    fn release(&self, backend: BackendId, conn: ConnId) {
+    fn unregister(&self, backend: BackendId, conn: ConnId) {
         let mut backends = self.backends();
         if let Some(b) = backends.iter_mut().find(|b| b.id == backend) {
             b.conns.remove(&conn);
@@ -264,6 +300,6 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.pool.release(self.backend, self.conn);
+        self.pool.unregister(self.backend, self.conn);
     }
 }

@@ -66,7 +66,10 @@ mod tests {
 
     #[test]
     fn fewest_live_wins_and_ties_go_to_config_order() {
-        assert_eq!(pick(&[c(true, false, 2), c(true, false, 1), c(true, false, 1)]), Some(1));
+        assert_eq!(
+            pick(&[c(true, false, 2), c(true, false, 1), c(true, false, 1)]),
+            Some(1)
+        );
         assert_eq!(pick(&[c(true, false, 0), c(true, false, 0)]), Some(0));
     }
 

@@ -46,7 +46,14 @@ pub async fn serve(
     if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
         debug!(pool = %pool.name, conn, backend = %target.name, %err, "socket options on backend failed");
     }
-    let out = splice::splice(&client, &backend, &target.stats, config.idle_timeout, &closer).await;
+    let out = splice::splice(
+        &client,
+        &backend,
+        &target.stats,
+        config.idle_timeout,
+        &closer,
+    )
+    .await;
     drop(lease);
     drop(admission);
     let err = out.error.as_ref().map(|e| e.to_string());
@@ -72,19 +79,20 @@ async fn connect_some(
     loop {
         let (lease, target) = pool.reserve(conn, entry.clone(), &tried)?;
         tried.push(target.id);
+        let attempt = Instant::now();
         let result = tokio::select! {
             r = connect::connect(&target.addr, timeout) => r,
             () = entry.closer.closed() => return None,
         };
         match result {
             Ok(stream) => {
-                pool.record_connect(target.id, true);
+                pool.record_connect(target.id, attempt, true);
                 debug!(pool = %pool.name, backend = %target.name, conn, client = %peer, "connected");
                 return Some((lease, target, stream));
             }
             Err(err) => {
                 drop(lease);
-                pool.record_connect(target.id, false);
+                pool.record_connect(target.id, attempt, false);
                 log_failure(pool, &target, conn, peer, &err);
             }
         }

@@ -32,7 +32,9 @@ async fn shutdown_on(sig: &str) {
         let n = within("client closed by shutdown", T, c.read(&mut b)).await;
         assert!(matches!(n, Ok(0) | Err(_)), "client still open");
     }
-    let status = proxy.wait_exit(Duration::from_secs(5)).expect("did not exit");
+    let status = proxy
+        .wait_exit(Duration::from_secs(5))
+        .expect("did not exit");
     let took = sent.elapsed();
     assert!(status.success(), "exit status {status}");
     assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
@@ -83,7 +85,11 @@ async fn text_logs_go_to_a_daily_file_and_are_flushed_on_exit() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("logs").join("pin-proxy.log");
     let cfg = dir.path().join("config.yaml");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     std::fs::write(
         &cfg,
         format!(
@@ -123,7 +129,10 @@ async fn text_logs_go_to_a_daily_file_and_are_flushed_on_exit() {
             .any(|f| std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains(" closed")))
     })
     .await;
-    std::process::Command::new("kill").arg(child.id().to_string()).status().unwrap();
+    std::process::Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     assert!(child.wait().unwrap().success());
     let files: Vec<_> = std::fs::read_dir(log.parent().unwrap()).unwrap().collect();
     assert_eq!(files.len(), 1, "one daily file");
@@ -132,11 +141,24 @@ async fn text_logs_go_to_a_daily_file_and_are_flushed_on_exit() {
     assert!(name.starts_with("pin-proxy.log."), "dated name: {name}");
     let text = std::fs::read_to_string(&path).unwrap();
     for event in ["listening", "closed", "shutdown"] {
-        assert!(text.lines().any(|l| l.contains(event)), "{event} missing from:\n{text}");
+        assert!(
+            text.lines().any(|l| l.contains(event)),
+            "{event} missing from:\n{text}"
+        );
     }
     // Text values may be quoted (`reason="client_closed"`); compare unquoted.
-    let closed = text.lines().find(|l| l.contains(" closed")).unwrap().replace('"', "");
-    for field in ["pool=p", "bytes_up=1", "bytes_down=1", "reason=client_closed", "conn="] {
+    let closed = text
+        .lines()
+        .find(|l| l.contains(" closed"))
+        .unwrap()
+        .replace('"', "");
+    for field in [
+        "pool=p",
+        "bytes_up=1",
+        "bytes_down=1",
+        "reason=client_closed",
+        "conn=",
+    ] {
         assert!(closed.contains(field), "{field} missing from {closed}");
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 pub use describe::describe;
 pub use ipnet::IpNet;
 pub use parse::ConfigError;
+pub(crate) use parse::default_probe_url;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,7 +147,7 @@ pub struct Health {
 }
 
 /// How a backend is probed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProbeKind {
     /// TCP connect and close.
     Connect,

@@ -32,6 +32,26 @@ use super::{
     ProbeKind, Quarantine, Rebalance,
 };
 
+// Built-in defaults: the values of the contract's example config.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_COUNT: u32 = 6;
+const MAX_CONNECTIONS: usize = 1024;
+const REBALANCE_INTERVAL: Duration = Duration::from_secs(60);
+const MIN_IMBALANCE: usize = 2;
+const QUARANTINE_BASE: Duration = Duration::from_secs(5 * 60);
+const QUARANTINE_MAX: Duration = Duration::from_secs(30 * 60);
+const QUARANTINE_FAILURES: u32 = 3;
+const HEALTH_INTERVAL: Duration = Duration::from_secs(30);
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_LAG_BLOCKS: u64 = 3;
+const NETWORK: Network = Network::Litecoin;
+const FALL: u32 = 2;
+const RISE: u32 = 1;
+const DRAIN: bool = true;
+const LOG_LEVEL: &str = "info";
+
 /// Parse and validate config text; `file` only names the file in errors.
 pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let read = |text: &str| -> Result<Config, ConfigError> {
@@ -53,7 +73,7 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         format: None,
         file: None,
     });
-    let level = log.level.unwrap_or_else(|| "info".to_owned());
+    let level = log.level.unwrap_or_else(|| LOG_LEVEL.to_owned());
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
         return invalid(
             "log.level",
@@ -170,9 +190,9 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
     let rebalance = s.rebalance.unwrap_or_default();
     let q = s.quarantine.unwrap_or_default();
     let quarantine = Quarantine {
-        base: q.base.map_or(Duration::from_secs(300), |d| d.0),
-        max: q.max.map_or(Duration::from_secs(1800), |d| d.0),
-        failures: q.failures.map_or(3, NonZeroU32::get),
+        base: q.base.map_or(QUARANTINE_BASE, |d| d.0),
+        max: q.max.map_or(QUARANTINE_MAX, |d| d.0),
+        failures: q.failures.map_or(QUARANTINE_FAILURES, NonZeroU32::get),
     };
     if quarantine.max < quarantine.base {
         let path = max_path
@@ -195,21 +215,21 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         allow: s
             .allow
             .map_or_else(Vec::new, |l| l.items.iter().map(|c| c.0).collect()),
-        connect_timeout: s.connect_timeout.map_or(Duration::from_secs(5), |d| d.0),
+        connect_timeout: s.connect_timeout.map_or(CONNECT_TIMEOUT, |d| d.0),
         keepalive: Keepalive {
-            idle: keepalive.idle.map_or(Duration::from_secs(60), |d| d.0),
-            interval: keepalive.interval.map_or(Duration::from_secs(10), |d| d.0),
-            count: keepalive.count.map_or(6, |c| c.0),
+            idle: keepalive.idle.map_or(KEEPALIVE_IDLE, |d| d.0),
+            interval: keepalive.interval.map_or(KEEPALIVE_INTERVAL, |d| d.0),
+            count: keepalive.count.map_or(KEEPALIVE_COUNT, |c| c.0),
         },
         idle_timeout: s.idle_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
-        max_connections: s.max_connections.map_or(1024, NonZeroUsize::get),
+        max_connections: s.max_connections.map_or(MAX_CONNECTIONS, NonZeroUsize::get),
         rebalance: Rebalance {
-            interval: rebalance
-                .interval
-                .map_or(Some(Duration::from_secs(60)), |d| {
-                    Some(d.0).filter(|d| !d.is_zero())
-                }),
-            min_imbalance: rebalance.min_imbalance.map_or(2, NonZeroUsize::get),
+            interval: rebalance.interval.map_or(Some(REBALANCE_INTERVAL), |d| {
+                Some(d.0).filter(|d| !d.is_zero())
+            }),
+            min_imbalance: rebalance
+                .min_imbalance
+                .map_or(MIN_IMBALANCE, NonZeroUsize::get),
         },
         quarantine,
         health,
@@ -221,7 +241,7 @@ fn build_health(h: RawHealth) -> Health {
     let (network, magic) = match (h.network, h.magic) {
         (Some(n), Some(m)) => (n.name_and_magic().0, m.0),
         (None, Some(m)) => ("custom", m.0),
-        (n, None) => n.unwrap_or(Network::Litecoin).name_and_magic(),
+        (n, None) => n.unwrap_or(NETWORK).name_and_magic(),
     };
     Health {
         probe: match h.probe {
@@ -230,14 +250,14 @@ fn build_health(h: RawHealth) -> Health {
             Some(RawProbe::Blockbook) => ProbeKind::Blockbook,
             Some(RawProbe::Http) => ProbeKind::Http,
         },
-        interval: h.interval.map_or(Duration::from_secs(30), |d| d.0),
-        timeout: h.timeout.map_or(Duration::from_secs(5), |d| d.0),
-        max_lag_blocks: h.max_lag_blocks.unwrap_or(3),
+        interval: h.interval.map_or(HEALTH_INTERVAL, |d| d.0),
+        timeout: h.timeout.map_or(HEALTH_TIMEOUT, |d| d.0),
+        max_lag_blocks: h.max_lag_blocks.unwrap_or(MAX_LAG_BLOCKS),
         network: network.to_owned(),
         magic,
-        fall: h.fall.map_or(2, NonZeroU32::get),
-        rise: h.rise.map_or(1, NonZeroU32::get),
-        drain: h.drain.unwrap_or(true),
+        fall: h.fall.map_or(FALL, NonZeroU32::get),
+        rise: h.rise.map_or(RISE, NonZeroU32::get),
+        drain: h.drain.unwrap_or(DRAIN),
     }
 }
 
@@ -290,9 +310,9 @@ fn build_backends(
 /// The derived URL is deliberately NOT stored in `BackendConfig::probe_url`:
 /// the contract treats a failing *separate* `probe_url` (a REST twin) as
 /// `unknown`, while a probe on the node's own address may judge it, so the
-/// probe must be able to tell the two apart. Probes call this for the
-/// fallback; `check` shows it.
-pub(super) fn default_probe_url(probe: ProbeKind, addr: &str) -> Option<url::Url> {
+/// probe must be able to tell the two apart. `check` shows the derived URL;
+/// probes need it re-exported from `config` to share the rule.
+pub(crate) fn default_probe_url(probe: ProbeKind, addr: &str) -> Option<url::Url> {
     let path = match probe {
         ProbeKind::Blockbook => "/api/",
         ProbeKind::Http => "/",

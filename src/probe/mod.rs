@@ -3,6 +3,7 @@
 //! A probe only observes; what a verdict does to a backend (hysteresis,
 //! lag, quarantine) is decided in `health`.
 
+pub mod http;
 pub mod p2p;
 pub mod wire;
 

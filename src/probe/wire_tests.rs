@@ -357,6 +357,7 @@ fn random_garbage_and_mutations_never_panic() {
     valid.extend(hex(CORE_VERSION));
     valid[core_at..core_at + 4].copy_from_slice(&LITECOIN);
     valid.extend(encode(LITECOIN, "verack", &[]));
+    let (mut parsed, mut errors, mut truncated) = (0, 0, 0);
     for round in 0..3000 {
         let mut bytes = match round % 3 {
             // Pure noise, sometimes behind a valid magic so the header parser is reached.
@@ -387,13 +388,25 @@ fn random_garbage_and_mutations_never_panic() {
         let mut d = Decoder::with_max_payload(LITECOIN, 1 + rng.below(4096));
         for piece in bytes.chunks(1 + rng.below(64)) {
             d.feed(piece);
-            while let Ok(Some(m)) = d.next_message() {
-                // Whatever decodes, the version parser must also survive.
-                let _ = Version::parse(&m.payload);
+            loop {
+                match d.next_message() {
+                    // Whatever decodes, the version parser must also survive.
+                    Ok(Some(m)) => parsed += usize::from(Version::parse(&m.payload).is_ok()),
+                    Ok(None) => break,
+                    Err(_) => {
+                        errors += 1;
+                        break;
+                    }
+                }
             }
         }
-        let _ = d.finish();
-        let _ = Version::parse(&bytes);
+        truncated += usize::from(matches!(d.finish(), Err(WireError::Truncated { .. })));
+        assert!(Version::parse(&bytes).is_err() || bytes.len() >= 85);
         assert!(d.buffered() <= bytes.len());
     }
+    // The rounds reached every outcome, not just the first check.
+    assert!(
+        parsed > 100 && errors > 100 && truncated > 100,
+        "{parsed} {errors} {truncated}"
+    );
 }

@@ -2,6 +2,7 @@
 //! nodes, data generators, bounded waits.
 #![allow(dead_code)]
 
+pub mod litecoind;
 pub mod nodes;
 pub mod proxy;
 
@@ -61,7 +62,10 @@ pub async fn send_all(w: &mut (impl AsyncWriteExt + Unpin), data: &[u8]) -> std:
 pub async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + timeout;
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -65,7 +65,11 @@ impl Node {
     }
 
     fn serve(&mut self, listener: TcpListener) {
-        let (handler, accepted, live) = (self.handler.clone(), self.accepted.clone(), self.live.clone());
+        let (handler, accepted, live) = (
+            self.handler.clone(),
+            self.accepted.clone(),
+            self.live.clone(),
+        );
         let stop = self.stop.clone();
         tokio::spawn(async move {
             loop {
@@ -138,7 +142,8 @@ impl BlackHole {
     pub fn new() -> BlackHole {
         use socket2::{Domain, Socket, Type};
         let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+        sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
         sock.listen(0).unwrap();
         let addr = sock.local_addr().unwrap().as_socket().unwrap();
         let mut fillers = Vec::new();

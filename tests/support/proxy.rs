@@ -122,7 +122,12 @@ impl Proxy {
     }
 
     /// Wait until `n` events match `pred` and return them.
-    pub fn wait_count(&self, pred: impl Fn(&Value) -> bool, n: usize, timeout: Duration) -> Vec<Value> {
+    pub fn wait_count(
+        &self,
+        pred: impl Fn(&Value) -> bool,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
         let mut lines = self.events.lines.lock().unwrap();
         loop {
@@ -139,7 +144,12 @@ impl Proxy {
                     log.join("\n")
                 );
             }
-            lines = self.events.more.wait_timeout(lines, deadline - now).unwrap().0;
+            lines = self
+                .events
+                .more
+                .wait_timeout(lines, deadline - now)
+                .unwrap()
+                .0;
         }
     }
 

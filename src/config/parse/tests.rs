@@ -183,6 +183,7 @@ const POOL_RULES: &[(&str, &str, &str)] = &[
     ("health: { bogus: 1 }", "pools[0].health.bogus", "unknown field"),
     ("connect_timeout: 5x", "pools[0].connect_timeout", "invalid duration `5x`"),
     ("connect_timeout: 0s", "pools[0].connect_timeout", "more than 0s"),
+    ("idle_timeout: 1000years", "pools[0].idle_timeout", "too long"),
     ("health: { interval: 0s }", "pools[0].health.interval", "more than 0s"),
     ("health: { timeout: 0ms }", "pools[0].health.timeout", "more than 0s"),
     ("quarantine: { base: 0s }", "pools[0].quarantine.base", "more than 0s"),

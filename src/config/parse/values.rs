@@ -61,6 +61,9 @@ scalar_deserialize!(
     ProbeUrl,
 );
 
+/// The longest duration a config value may hold.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// A humantime duration (`500ms`, `10s`, `5m`); `NONZERO` refuses `0s`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Dur<const NONZERO: bool>(pub(super) Duration);
@@ -74,6 +77,10 @@ impl<const NONZERO: bool> FromScalar for Dur<NONZERO> {
         })?;
         if NONZERO && d.is_zero() {
             return Err("must be more than 0s".into());
+        }
+        // Far beyond any sane setting, and keeps `Instant + d` from overflowing.
+        if d > MAX_DURATION {
+            return Err(format!("`{s}` is too long; the most is 365 days"));
         }
         Ok(Dur(d))
     }

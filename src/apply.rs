@@ -1,0 +1,209 @@
+//! The one place health events change a pool: connect outcomes from client
+//! traffic, probe reports, manual quarantine and release. Each applies the
+//! pure rules of [`crate::health`] under the pool lock, logs what changed and
+//! re-runs the drain check whenever a backend's usability changed.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::config::PoolConfig;
+use crate::health::{Effect, Policy, Reason, State, Verdict};
+use crate::probe::{self, Report};
+use crate::registry::{Backend, BackendId, OUTCOMES, Pool, ProbeRecord, REASONS};
+
+/// A manual command named a backend the pool does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pool {pool} has no backend {backend}")]
+pub struct UnknownBackend {
+    /// The pool.
+    pub pool: String,
+    /// The name asked for.
+    pub backend: String,
+}
+
+impl Pool {
+    /// Record the outcome of a client connect to `backend` that began at
+    /// `started`.
+    pub fn record_connect(&self, backend: BackendId, started: Instant, ok: bool) {
+        let config = self.config();
+        let mut backends = self.backends();
+        let Some(b) = Pool::find(&mut backends, backend) else {
+            return;
+        };
+        if ok {
+            b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
+            b.health.connect_succeeded();
+            return;
+        }
+        b.stats
+            .connect_failures_total
+            .fetch_add(1, Ordering::Relaxed);
+        let effect = b
+            .health
+            .connect_failed(started, Instant::now(), &Policy::of(&config));
+        if self.report(b, effect) {
+            self.drain(&mut backends, &config);
+        }
+    }
+
+    /// The epoch of `backend` now; a probe passes it back to
+    /// [`Pool::apply_probe`] so a result that raced a manual change is dropped.
+    pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {
+        let mut backends = self.backends();
+        Pool::find(&mut backends, backend).map(|b| b.health.epoch)
+    }
+
+    /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
+    pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
+        let config = self.config();
+        let mut backends = self.backends();
+        // Lag is judged against the best height among the other healthy backends.
+        let best_other = backends
+            .iter()
+            .filter(|b| b.id != backend && b.health.state() == State::Healthy)
+            .filter_map(|b| b.height)
+            .max();
+        let Some(b) = Pool::find(&mut backends, backend) else {
+            return;
+        };
+        if b.health.epoch != epoch {
+            debug!(pool = %self.name, backend = %b.config.name, "probe_stale");
+            return;
+        }
+        if report.height.is_some() {
+            b.height = report.height;
+        }
+        let verdict = match report.verdict {
+            probe::Verdict::Healthy => match (report.height, best_other) {
+                (Some(h), Some(best)) if best > h.saturating_add(config.health.max_lag_blocks) => {
+                    Verdict::Bad(Reason::Lagging)
+                }
+                _ => Verdict::Healthy,
+            },
+            probe::Verdict::Unknown => Verdict::Unknown,
+            probe::Verdict::Unhealthy => Verdict::Bad(Reason::Unhealthy),
+            probe::Verdict::Down => Verdict::Bad(Reason::Down),
+        };
+        let outcome = match verdict {
+            Verdict::Healthy => "healthy",
+            Verdict::Unknown => "unknown",
+            Verdict::Bad(reason) => reason.as_str(),
+        };
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
+            b.stats.probes[i].fetch_add(1, Ordering::Relaxed);
+        }
+        if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
+            info!(
+                pool = %self.name, backend = %b.config.name, outcome,
+                height = report.height, detail = %report.detail, "probe"
+            );
+        }
+        b.last_probe = Some(ProbeRecord {
+            at: SystemTime::now(),
+            outcome,
+            detail: report.detail.clone(),
+        });
+        let was_usable = b.health.is_usable();
+        let effect = b.health.probe(verdict, now, &Policy::of(&config));
+        let changed = self.report(b, effect) || was_usable != b.health.is_usable();
+        if changed {
+            self.drain(&mut backends, &config);
+        }
+    }
+
+    /// Put the backend named `name` into maintenance for exactly `window`.
+    ///
+    /// # Errors
+    /// When the pool has no such backend.
+    pub fn quarantine(&self, name: &str, window: Duration) -> Result<(), UnknownBackend> {
+        let config = self.config();
+        let mut backends = self.backends();
+        let b = self.by_name(&mut backends, name)?;
+        b.health.quarantine_manual(window, Instant::now());
+        self.report(
+            b,
+            Effect::Quarantined {
+                reason: Reason::Manual,
+                window,
+            },
+        );
+        self.drain(&mut backends, &config);
+        Ok(())
+    }
+
+    /// End the backend's quarantine window now; it returns once `rise`
+    /// probes pass. `Ok(false)` when it was not quarantined (nothing changes).
+    ///
+    /// # Errors
+    /// When the pool has no such backend.
+    pub fn release(&self, name: &str) -> Result<bool, UnknownBackend> {
+        let mut backends = self.backends();
+        let b = self.by_name(&mut backends, name)?;
+        let ended = b.health.release(Instant::now());
+        if ended {
+            info!(pool = %self.name, backend = %b.config.name, "release_requested");
+        }
+        Ok(ended)
+    }
+
+    fn by_name<'a>(
+        &self,
+        backends: &'a mut [Backend],
+        name: &str,
+    ) -> Result<&'a mut Backend, UnknownBackend> {
+        backends
+            .iter_mut()
+            .find(|b| b.config.name == name)
+            .ok_or_else(|| UnknownBackend {
+                pool: self.name.clone(),
+                backend: name.to_owned(),
+            })
+    }
+
+    /// Log an effect and count it; true if it changed usability.
+    fn report(&self, b: &Backend, effect: Effect) -> bool {
+        match effect {
+            Effect::None => false,
+            Effect::Quarantined { reason, window } => {
+                if let Some(i) = REASONS.iter().position(|r| *r == reason) {
+                    b.stats.quarantines[i].fetch_add(1, Ordering::Relaxed);
+                }
+                warn!(
+                    pool = %self.name, backend = %b.config.name, reason = reason.as_str(),
+                    window_ms = window.as_millis() as u64, strikes = b.health.strikes,
+                    "quarantined"
+                );
+                true
+            }
+            Effect::Released => {
+                info!(pool = %self.name, backend = %b.config.name, height = b.height, "released");
+                true
+            }
+        }
+    }
+
+    /// Close the connections of every unusable backend, but only while some
+    /// backend is usable: the last leg is kept. Runs after every usability
+    /// change, so a kept leg is drained as soon as a peer becomes usable.
+    fn drain(&self, backends: &mut [Backend], config: &PoolConfig) {
+        if !config.health.drain || !backends.iter().any(|b| b.health.is_usable()) {
+            return;
+        }
+        for b in backends.iter().filter(|b| !b.health.is_usable()) {
+            let mut closed = 0u64;
+            for entry in b.conns.values().filter(|e| !e.closer.is_closing()) {
+                entry.closer.close("drained");
+                closed += 1;
+            }
+            if closed > 0 {
+                info!(
+                    pool = %self.name, backend = %b.config.name, connections = closed,
+                    reason = b.health.state().as_str(), "drained"
+                );
+            }
+        }
+    }
+}

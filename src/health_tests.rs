@@ -1,0 +1,187 @@
+//! Table tests of the health rules.
+
+use super::*;
+
+const S: Duration = Duration::from_secs(1);
+
+fn policy() -> Policy {
+    Policy {
+        base: 10 * S,
+        max: 35 * S,
+        failures: 3,
+        fall: 2,
+        rise: 2,
+    }
+}
+
+fn q(reason: Reason, window: Duration) -> Effect {
+    Effect::Quarantined { reason, window }
+}
+
+#[test]
+fn windows_double_and_cap() {
+    let p = policy();
+    let w: Vec<_> = (1..=5).map(|s| p.window(s)).collect();
+    assert_eq!(w, [10 * S, 20 * S, 35 * S, 35 * S, 35 * S]);
+    assert_eq!(p.window(u32::MAX), 35 * S);
+}
+
+#[test]
+fn one_bad_probe_between_good_ones_changes_nothing() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    for v in [
+        Verdict::Healthy,
+        Verdict::Bad(Reason::Down),
+        Verdict::Healthy,
+    ] {
+        assert_eq!(h.probe(v, t, &p), Effect::None);
+        assert!(h.is_usable());
+    }
+    assert_eq!(h.probe(Verdict::Bad(Reason::Down), t, &p), Effect::None);
+    assert_eq!(
+        h.probe(Verdict::Bad(Reason::Down), t, &p),
+        q(Reason::Down, 10 * S)
+    );
+    assert_eq!(h.state(), State::Down);
+    assert!(!h.is_usable());
+}
+
+#[test]
+fn a_node_that_keeps_failing_escalates_and_one_success_resets() {
+    let (p, mut t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    h.probe(Verdict::Bad(Reason::Lagging), t, &p);
+    assert_eq!(
+        h.probe(Verdict::Bad(Reason::Lagging), t, &p),
+        q(Reason::Lagging, 10 * S)
+    );
+    assert_eq!(h.state(), State::Lagging);
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        // Inside the window a bad probe neither extends nor shortens it.
+        assert_eq!(h.probe(Verdict::Bad(Reason::Down), t + S, &p), Effect::None);
+        t = h.quarantine.unwrap().until;
+        match h.probe(Verdict::Bad(Reason::Down), t, &p) {
+            Effect::Quarantined { window, .. } => windows.push(window),
+            other => panic!("expected re-quarantine, got {other:?}"),
+        }
+    }
+    assert_eq!(windows, [20 * S, 35 * S, 35 * S]);
+    // Window over, `rise` = 2 passes bring it back; then a pass in service resets.
+    t = h.quarantine.unwrap().until;
+    assert_eq!(h.probe(Verdict::Healthy, t, &p), Effect::None);
+    assert!(!h.is_usable(), "one pass is not rise=2");
+    assert_eq!(h.probe(Verdict::Healthy, t, &p), Effect::Released);
+    assert_eq!(h.state(), State::Healthy);
+    assert_eq!(h.probe(Verdict::Healthy, t, &p), Effect::None);
+    assert_eq!(h.strikes, 0);
+    h.probe(Verdict::Bad(Reason::Down), t, &p);
+    assert_eq!(
+        h.probe(Verdict::Bad(Reason::Down), t, &p),
+        q(Reason::Down, 10 * S)
+    );
+}
+
+#[test]
+fn return_is_probe_gated_and_passes_inside_the_window_do_not_count() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    h.probe(Verdict::Bad(Reason::Unhealthy), t, &p);
+    h.probe(Verdict::Bad(Reason::Unhealthy), t, &p);
+    for _ in 0..5 {
+        assert_eq!(h.probe(Verdict::Healthy, t + S, &p), Effect::None);
+    }
+    assert_eq!(h.state(), State::Unhealthy);
+    let after = t + 10 * S;
+    assert!(
+        !h.is_usable(),
+        "the window ending alone brings nothing back"
+    );
+    assert_eq!(h.probe(Verdict::Healthy, after, &p), Effect::None);
+    assert_eq!(h.probe(Verdict::Unknown, after, &p), Effect::None);
+    assert_eq!(h.good_probes, 0, "unknown is not a pass");
+    h.probe(Verdict::Healthy, after, &p);
+    assert_eq!(h.probe(Verdict::Healthy, after, &p), Effect::Released);
+}
+
+#[test]
+fn manual_quarantine_lasts_exactly_its_window() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    h.probe(Verdict::Healthy, t, &p);
+    h.quarantine_manual(5 * S, t);
+    assert_eq!(h.state(), State::Quarantined);
+    for _ in 0..4 {
+        assert_eq!(h.probe(Verdict::Healthy, t + 4 * S, &p), Effect::None);
+        assert_eq!(
+            h.probe(Verdict::Bad(Reason::Down), t + 4 * S, &p),
+            Effect::None
+        );
+    }
+    assert_eq!(h.quarantine.unwrap().until, t + 5 * S, "not extended");
+    h.probe(Verdict::Healthy, t + 5 * S, &p);
+    assert_eq!(h.probe(Verdict::Healthy, t + 5 * S, &p), Effect::Released);
+}
+
+#[test]
+fn release_ends_the_window_but_stays_probe_gated() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    assert!(!h.release(t), "nothing to release");
+    assert_eq!(h.epoch, 0, "a no-op release changes nothing");
+    h.quarantine_manual(60 * S, t);
+    let e = h.epoch;
+    assert!(h.release(t + S));
+    assert!(h.epoch > e);
+    assert!(!h.is_usable());
+    h.probe(Verdict::Healthy, t + S, &p);
+    assert_eq!(h.probe(Verdict::Healthy, t + S, &p), Effect::Released);
+}
+
+#[test]
+fn connect_failures_quarantine_and_one_outage_counts_once() {
+    let (p, t0) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    // Ten attempts started together all fail: one incident.
+    for i in 0..10 {
+        assert_eq!(h.connect_failed(t0, t0 + S + i * S / 100, &p), Effect::None);
+    }
+    assert_eq!(h.connect_failures, 1);
+    assert!(h.is_usable(), "below quarantine.failures");
+    assert_eq!(h.connect_failed(t0 + 2 * S, t0 + 2 * S, &p), Effect::None);
+    let e = h.epoch;
+    assert_eq!(
+        h.connect_failed(t0 + 3 * S, t0 + 3 * S, &p),
+        q(Reason::ConnectFailures, 10 * S)
+    );
+    assert_eq!(h.state(), State::Down);
+    assert!(
+        h.epoch > e,
+        "a client-traffic quarantine makes running probes stale"
+    );
+}
+
+#[test]
+fn a_successful_connect_resets_the_failure_count() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    h.connect_failed(t, t, &p);
+    h.connect_failed(t + S, t + S, &p);
+    h.connect_succeeded();
+    assert_eq!(h.connect_failures, 0);
+    assert_eq!(h.state(), State::Healthy);
+    assert_eq!(h.connect_failed(t + 2 * S, t + 2 * S, &p), Effect::None);
+}
+
+#[test]
+fn unknown_verdicts_keep_a_backend_usable() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    h.probe(Verdict::Healthy, t, &p);
+    for _ in 0..5 {
+        assert_eq!(h.probe(Verdict::Unknown, t, &p), Effect::None);
+    }
+    assert_eq!(h.state(), State::Unknown);
+    assert!(h.is_usable());
+}

@@ -1,0 +1,177 @@
+//! Probe scheduling: one task per distinct probe target, shared by every
+//! pool backend that names the same target (same address, kind, URL, magic,
+//! interval and timeout), so a node behind several pools is probed once per
+//! interval. Each result is fanned out to the subscribed backends.
+//!
+//! The first probe runs at once; a target whose last subscriber left stops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
+use crate::connect;
+use crate::probe::http::HttpProber;
+use crate::probe::{Report, Verdict, p2p};
+use crate::registry::{BackendId, Pool};
+
+/// What makes two backends' probes the same probe.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Target {
+    kind: ProbeKind,
+    addr: String,
+    url: Option<String>,
+    magic: [u8; 4],
+    interval: Duration,
+    timeout: Duration,
+}
+
+type Subscribers = Arc<Mutex<Vec<(Weak<Pool>, BackendId)>>>;
+
+/// Owns the probe tasks.
+#[derive(Clone)]
+pub struct Prober {
+    targets: Arc<Mutex<HashMap<Target, Subscribers>>>,
+    http: Option<Arc<HttpProber>>,
+    tracker: TaskTracker,
+    token: CancellationToken,
+}
+
+impl Prober {
+    /// A prober whose tasks run on `tracker` until `token` is cancelled.
+    pub fn new(tracker: TaskTracker, token: CancellationToken) -> Prober {
+        let http = match HttpProber::new() {
+            Ok(h) => Some(Arc::new(h)),
+            Err(err) => {
+                warn!(err = %err, "http_prober_unavailable");
+                None
+            }
+        };
+        Prober {
+            targets: Arc::default(),
+            http,
+            tracker,
+            token,
+        }
+    }
+
+    /// Use `http` for blockbook and http probes (tests: extra trusted roots).
+    pub fn with_http(mut self, http: HttpProber) -> Prober {
+        self.http = Some(Arc::new(http));
+        self
+    }
+
+    /// Probe every backend of `pool`.
+    pub fn watch(&self, pool: &Arc<Pool>) {
+        let ids: Vec<(BackendId, BackendConfig)> = pool
+            .backends()
+            .iter()
+            .map(|b| (b.id, b.config.clone()))
+            .collect();
+        for (id, backend) in ids {
+            self.subscribe(pool, id, &backend);
+        }
+    }
+
+    fn subscribe(&self, pool: &Arc<Pool>, id: BackendId, backend: &BackendConfig) {
+        let config = pool.config();
+        let h = &config.health;
+        let url = backend
+            .probe_url
+            .clone()
+            .or_else(|| default_probe_url(h.probe, &backend.addr).map(SecretUrl));
+        let target = Target {
+            kind: h.probe,
+            addr: backend.addr.clone(),
+            url: url.as_ref().map(|u| u.expose().to_string()),
+            magic: h.magic,
+            interval: h.interval,
+            timeout: h.timeout,
+        };
+        let mut targets = lock(&self.targets);
+        if let Some(subs) = targets.get(&target) {
+            lock(subs).push((Arc::downgrade(pool), id));
+            return;
+        }
+        let subs: Subscribers = Arc::new(Mutex::new(vec![(Arc::downgrade(pool), id)]));
+        targets.insert(target.clone(), subs.clone());
+        let this = self.clone();
+        self.tracker
+            .spawn(async move { this.probe_loop(target, url, subs).await });
+    }
+
+    async fn probe_loop(self, target: Target, url: Option<SecretUrl>, subs: Subscribers) {
+        loop {
+            let Some(live) = self.live_subscribers(&target, &subs) else {
+                return;
+            };
+            let report = tokio::select! {
+                () = self.token.cancelled() => return,
+                r = self.run(&target, url.as_ref()) => r,
+            };
+            let now = Instant::now();
+            for (pool, id, epoch) in live {
+                pool.apply_probe(id, &report, epoch, now);
+            }
+            tokio::select! {
+                () = self.token.cancelled() => return,
+                () = tokio::time::sleep(target.interval) => {}
+            }
+        }
+    }
+
+    /// Subscribers still configured, with their epochs now; `None` (and
+    /// the target removed) once there are none.
+    fn live_subscribers(
+        &self,
+        target: &Target,
+        subs: &Subscribers,
+    ) -> Option<Vec<(Arc<Pool>, BackendId, u64)>> {
+        let mut targets = lock(&self.targets);
+        let mut list = lock(subs);
+        list.retain(|(pool, id)| {
+            pool.upgrade()
+                .is_some_and(|p| !p.token.is_cancelled() && p.epoch_of(*id).is_some())
+        });
+        if list.is_empty() {
+            targets.remove(target);
+            return None;
+        }
+        Some(
+            list.iter()
+                .filter_map(|(pool, id)| {
+                    let pool = pool.upgrade()?;
+                    let epoch = pool.epoch_of(*id)?;
+                    Some((pool, *id, epoch))
+                })
+                .collect(),
+        )
+    }
+
+    async fn run(&self, target: &Target, url: Option<&SecretUrl>) -> Report {
+        let (addr, timeout) = (target.addr.as_str(), target.timeout);
+        match (target.kind, url, &self.http) {
+            (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
+                Ok(_) => Report::new(Verdict::Healthy, "connected"),
+                Err(err) => Report::new(Verdict::Down, err.kind()),
+            },
+            (ProbeKind::BitcoinP2p, _, _) => p2p::probe(addr, target.magic, timeout).await,
+            (ProbeKind::Blockbook, Some(url), Some(http)) => {
+                http.blockbook(addr, url, timeout).await
+            }
+            (ProbeKind::Http, Some(url), Some(http)) => http.http(addr, url, timeout).await,
+            (ProbeKind::Blockbook | ProbeKind::Http, _, _) => {
+                Report::new(Verdict::Unknown, "no HTTP client")
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,305 @@
+//! Real Litecoin Core regtest nodes on loopback for end-to-end tests.
+//!
+//! Each [`Litecoind`] owns a `litecoind` child process and a temporary datadir;
+//! both go away on drop, also when the test panics. RPC goes through
+//! `litecoin-cli` with the node's cookie, so no credentials are configured.
+//!
+//! Things learned from Litecoin Core 0.21.2.1 that shape this file:
+//! - A P2P `-bind` failure is logged but NOT fatal: the node keeps running and
+//!   answers RPC. Readiness therefore also waits for `Bound to <p2p addr>` in
+//!   `debug.log`, and any `Unable to bind` restarts the node on fresh ports.
+//! - Even with `-listenonion=0` the node binds the Tor target `127.0.0.1:19444`
+//!   unless an `=onion` bind is given, so every node gets its own onion port.
+//! - MWEB activates at height 432 on regtest; after that `generatetoaddress`
+//!   without an MWEB peg-in fails (`bad-txns-vin-empty`). [`Litecoind::mine`]
+//!   refuses to go past [`MAX_HEIGHT`].
+//! - No wallet is needed: blocks are mined to a fixed regtest address.
+
+use std::fs::{self, File};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Highest block height that can be mined without an MWEB peg-in (MWEB
+/// activates at 432 on regtest).
+pub const MAX_HEIGHT: u64 = 431;
+
+/// P2WPKH of the secp256k1 generator point's public key on Litecoin regtest:
+/// a fixed, valid payout address, so mining needs no wallet.
+const MINING_ADDRESS: &str = "rltc1qw508d6qejxtdg4y5r3zarvary0c5xw7k693xs3";
+
+/// How long a node may take to answer RPC and bind its P2P port.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Attempts with fresh ports before giving up on a bind race.
+const START_ATTEMPTS: u32 = 5;
+
+/// Env variable that turns a missing `litecoind` into a test failure.
+const REQUIRE_ENV: &str = "PIN_PROXY_REQUIRE_PEERS";
+
+/// A regtest litecoind process with its own temp datadir; killed (and the
+/// datadir removed) on drop.
+pub struct Litecoind {
+    child: Child,
+    p2p: SocketAddr,
+    rpc_port: u16,
+    // Dropped after `child` is killed in `Drop::drop`.
+    dir: tempfile::TempDir,
+}
+
+/// Whether `litecoind` and `litecoin-cli` are on `PATH`.
+///
+/// When they are not, prints "skipping: litecoind not installed" to stderr and
+/// returns false, unless `PIN_PROXY_REQUIRE_PEERS=1`: then it panics.
+pub fn available() -> bool {
+    let missing: Vec<&str> = ["litecoind", "litecoin-cli"]
+        .into_iter()
+        .filter(|bin| !on_path(bin))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
+        panic!(
+            "{REQUIRE_ENV}=1 but {} not found on PATH (run .ci/install-peers.sh)",
+            missing.join(" and ")
+        );
+    }
+    eprintln!("skipping: litecoind not installed");
+    false
+}
+
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
+}
+
+impl Litecoind {
+    /// Start a node; `connect` = `Some(addr)` adds `-connect=addr`, `None` adds
+    /// `-connect=0`. Waits until RPC answers and the P2P port is bound.
+    ///
+    /// Returns `None` (after the notice of [`available`]) when the binaries are
+    /// absent. Panics if the node cannot be started.
+    pub fn start(connect: Option<SocketAddr>) -> Option<Litecoind> {
+        if !available() {
+            return None;
+        }
+        let mut last_err = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match Self::try_start(connect) {
+                Ok(node) => return Some(node),
+                Err(StartError::PortTaken(msg)) => last_err = msg,
+                Err(StartError::Fatal(msg)) => panic!("start litecoind: {msg}"),
+            }
+        }
+        panic!("start litecoind: ports kept being taken ({START_ATTEMPTS} tries): {last_err}");
+    }
+
+    fn try_start(connect: Option<SocketAddr>) -> Result<Litecoind, StartError> {
+        let dir = tempfile::Builder::new()
+            .prefix("pin-proxy-ltc-")
+            .tempdir()
+            .map_err(|e| StartError::Fatal(format!("create datadir: {e}")))?;
+        let [p2p_port, rpc_port, onion_port] = free_ports();
+        let p2p = SocketAddr::from(([127, 0, 0, 1], p2p_port));
+        let stderr = File::create(dir.path().join("stderr.log"))
+            .map_err(|e| StartError::Fatal(format!("create stderr.log: {e}")))?;
+        let connect = connect.map_or_else(|| "0".to_string(), |a| a.to_string());
+        let child = Command::new("litecoind")
+            .arg("-regtest")
+            .arg(format!("-datadir={}", dir.path().display()))
+            .args(["-server=1", "-daemon=0", "-printtoconsole=0"])
+            .args(["-listen=1", "-discover=0", "-dnsseed=0", "-upnp=0"])
+            .args(["-listenonion=0", "-disablewallet=1", "-txindex=0"])
+            .arg(format!("-bind={p2p}"))
+            .arg(format!("-bind=127.0.0.1:{onion_port}=onion"))
+            .arg(format!("-port={p2p_port}"))
+            .arg(format!("-rpcport={rpc_port}"))
+            .args(["-rpcbind=127.0.0.1", "-rpcallowip=127.0.0.1"])
+            .arg(format!("-connect={connect}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| StartError::Fatal(format!("spawn litecoind: {e}")))?;
+        // From here on, Drop kills the child whatever happens.
+        let mut node = Litecoind {
+            child,
+            p2p,
+            rpc_port,
+            dir,
+        };
+        node.wait_ready()?;
+        Ok(node)
+    }
+
+    /// Polls until RPC answers and the P2P port is bound, or the node fails.
+    fn wait_ready(&mut self) -> Result<(), StartError> {
+        let bound = format!("Bound to {}", self.p2p);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let log = self.debug_log();
+            if log.contains("Unable to bind") {
+                return Err(StartError::PortTaken(self.diagnostics()));
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let diag = self.diagnostics();
+                return Err(if diag.contains("Unable to bind") {
+                    StartError::PortTaken(diag)
+                } else {
+                    StartError::Fatal(format!("litecoind exited with {status}: {diag}"))
+                });
+            }
+            if log.contains(&bound) && self.rpc(&["getblockcount"]).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(StartError::Fatal(format!(
+                    "not ready after {START_TIMEOUT:?}: {}",
+                    self.diagnostics()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The `127.0.0.1:port` the node listens on for P2P.
+    pub fn p2p_addr(&self) -> SocketAddr {
+        self.p2p
+    }
+
+    /// Mines `blocks` blocks (`generatetoaddress`). Panics if that would pass
+    /// [`MAX_HEIGHT`] (MWEB activation) or if the RPC fails.
+    pub fn mine(&self, blocks: u64) {
+        let target = self.height() + blocks;
+        assert!(
+            target <= MAX_HEIGHT,
+            "mine to height {target}: regtest MWEB activates at {}, blocks past {MAX_HEIGHT} \
+             need an MWEB peg-in this helper does not make",
+            MAX_HEIGHT + 1
+        );
+        self.call(&["generatetoaddress", &blocks.to_string(), MINING_ADDRESS]);
+    }
+
+    /// Current block height (`getblockcount`).
+    pub fn height(&self) -> u64 {
+        let out = self.call(&["getblockcount"]);
+        out.parse()
+            .unwrap_or_else(|e| panic!("getblockcount answered {out:?}: {e}"))
+    }
+
+    /// Hash of the tip (`getbestblockhash`).
+    pub fn best_hash(&self) -> String {
+        self.call(&["getbestblockhash"])
+    }
+
+    /// Number of connected peers (`getconnectioncount`).
+    pub fn peer_count(&self) -> u64 {
+        let out = self.call(&["getconnectioncount"]);
+        out.parse()
+            .unwrap_or_else(|e| panic!("getconnectioncount answered {out:?}: {e}"))
+    }
+
+    /// Polls `getblockcount` until it reaches `h`; false if `timeout` passed.
+    /// RPC errors while polling count as "not yet".
+    pub fn wait_height(&self, h: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let height = self
+                .rpc(&["getblockcount"])
+                .ok()
+                .and_then(|s| s.parse().ok());
+            if height.is_some_and(|got: u64| got >= h) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs one RPC and panics with the node's answer if it fails.
+    pub fn call(&self, args: &[&str]) -> String {
+        self.rpc(args)
+            .unwrap_or_else(|e| panic!("litecoin-cli {}: {e}", args.join(" ")))
+    }
+
+    /// Runs one RPC through `litecoin-cli`; the trimmed stdout, or stderr as
+    /// the error.
+    pub fn rpc(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("litecoin-cli")
+            .arg("-regtest")
+            .arg(format!("-datadir={}", self.dir.path().display()))
+            .arg("-rpcconnect=127.0.0.1")
+            .arg(format!("-rpcport={}", self.rpc_port))
+            .arg("-rpcclienttimeout=60")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("spawn litecoin-cli: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    /// The node's datadir (`<dir>/regtest/debug.log` is its log).
+    pub fn datadir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn debug_log_path(&self) -> PathBuf {
+        self.dir.path().join("regtest").join("debug.log")
+    }
+
+    fn debug_log(&self) -> String {
+        // Absent until the node has started logging: treat as empty.
+        fs::read_to_string(self.debug_log_path()).unwrap_or_default()
+    }
+
+    /// Stderr and the end of debug.log, for failure messages.
+    fn diagnostics(&self) -> String {
+        let stderr = fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default();
+        let log = self.debug_log();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!(
+            "stderr: {}\ndebug.log tail:\n{}",
+            stderr.trim(),
+            tail.join("\n")
+        )
+    }
+}
+
+impl Drop for Litecoind {
+    fn drop(&mut self) {
+        // SIGKILL: the datadir is thrown away, so a clean shutdown buys nothing.
+        // Errors mean the process already exited, which is what we want.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+enum StartError {
+    /// A port was taken between choosing and binding it: retry on new ports.
+    PortTaken(String),
+    Fatal(String),
+}
+
+/// Three distinct free loopback ports. They are released before litecoind
+/// binds them; the small race is handled by retrying in [`Litecoind::start`].
+fn free_ports() -> [u16; 3] {
+    let listeners: Vec<TcpListener> = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    let port = |i: usize| {
+        listeners[i]
+            .local_addr()
+            .expect("local_addr of a bound listener")
+            .port()
+    };
+    [port(0), port(1), port(2)]
+}
