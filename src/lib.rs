@@ -12,6 +12,7 @@
 //! - [`prober`]: probe scheduling, one task per distinct target.
 //! - [`rebalance`]: the rebalance tick.
 //! - [`connect`], [`splice`], [`sockopt`]: the socket work.
+//! - [`status`]: point-in-time views of the pools (`/status`).
 //! - [`logging`]: tracing setup (JSON or text, stdout or daily file).
 //! - [`probe`]: health probes, one kind per file.
 //! - [`simnode`]: a simulated P2P node for the demo and tests.
@@ -21,6 +22,7 @@
 pub mod apply;
 pub mod config;
 pub mod connect;
+pub mod control;
 pub mod health;
 pub mod listener;
 pub mod logging;
@@ -33,6 +35,7 @@ pub mod session;
 pub mod simnode;
 pub mod sockopt;
 pub mod splice;
+pub mod status;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -69,14 +72,17 @@ impl Server {
         let mut pools = Vec::new();
         for pool_config in config.pools {
             let mut listeners = Vec::new();
+            let mut bound = Vec::new();
             for addr in &pool_config.listen {
                 let listener = sockopt::bind(*addr)
                     .with_context(|| format!("pool {}: bind {addr}", pool_config.name))?;
                 let local = listener.local_addr()?;
                 info!(pool = %pool_config.name, listen = %local, "listening");
                 listeners.push(listener);
+                bound.push(local);
             }
             let pool = Arc::new(Pool::new(pool_config, root.child_token()));
+            pool.set_listen(bound);
             pools.push((pool, listeners));
         }
         Ok(Server {
@@ -84,6 +90,11 @@ impl Server {
             root,
             tracker: TaskTracker::new(),
         })
+    }
+
+    /// The pools, in config order.
+    pub fn pools(&self) -> Vec<Arc<Pool>> {
+        self.pools.iter().map(|(p, _)| p.clone()).collect()
     }
 
     /// The bound addresses, per pool name.

@@ -158,6 +158,7 @@ pub struct Pool {
     /// Pool name.
     pub name: String,
     config: ArcSwap<PoolConfig>,
+    listen: ArcSwap<Vec<SocketAddr>>,
     backends: Mutex<Vec<Backend>>,
     clients: AtomicUsize,
     /// Connections moved by the rebalancer.
@@ -187,6 +188,7 @@ impl Pool {
         Pool {
             name: config.name.clone(),
             config: ArcSwap::from_pointee(config),
+            listen: ArcSwap::from_pointee(Vec::new()),
             backends: Mutex::new(backends),
             clients: AtomicUsize::new(0),
             rebalance_moves: AtomicU64::new(0),
@@ -197,6 +199,16 @@ impl Pool {
     /// The current settings (a cheap snapshot).
     pub fn config(&self) -> Arc<PoolConfig> {
         self.config.load_full()
+    }
+
+    /// The addresses its listeners are bound to.
+    pub fn listen(&self) -> Arc<Vec<SocketAddr>> {
+        self.listen.load_full()
+    }
+
+    /// Record the bound listener addresses.
+    pub fn set_listen(&self, addrs: Vec<SocketAddr>) {
+        self.listen.store(Arc::new(addrs));
     }
 
     /// Lock the backends. Callers keep the guard short and never `.await`
