@@ -66,7 +66,6 @@ impl Control {
             .send(tx)
             .await
             .map_err(|_| "server is shutting down".to_owned())?;
-        rx.await
-            .map_err(|_| "server is shutting down".to_owned())?
+        rx.await.map_err(|_| "server is shutting down".to_owned())?
     }
 }

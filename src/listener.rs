@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
@@ -29,14 +30,20 @@ pub struct Shared {
     pub tracker: TaskTracker,
 }
 
-/// Accept clients for `pool` on `listener` until the pool's token is cancelled.
-pub async fn accept_loop(listener: TcpListener, pool: Arc<Pool>, shared: Shared) {
+/// Accept clients for `pool` on `listener` until `token` is cancelled (the
+/// listener was removed, or the pool stopped).
+pub async fn accept_loop(
+    listener: TcpListener,
+    pool: Arc<Pool>,
+    token: CancellationToken,
+    shared: Shared,
+) {
     let local = listener.local_addr().ok();
     let mut backoff: Option<Duration> = None;
     let mut failures: u64 = 0;
     loop {
         let accepted = tokio::select! {
-            () = pool.token.cancelled() => return,
+            () = token.cancelled() => return,
             r = listener.accept() => r,
         };
         match accepted {
@@ -61,7 +68,7 @@ pub async fn accept_loop(listener: TcpListener, pool: Arc<Pool>, shared: Shared)
                 }
                 backoff = Some(pause);
                 tokio::select! {
-                    () = pool.token.cancelled() => return,
+                    () = token.cancelled() => return,
                     () = tokio::time::sleep(pause) => {}
                 }
             }

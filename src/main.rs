@@ -4,8 +4,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
-use pin_proxy::config::{self, Config};
+use pin_proxy::client;
+use pin_proxy::config::{self, Config, LogConfig, LogFormat};
+use pin_proxy::control::Control;
+use tokio::signal::unix::{SignalKind, signal};
 
 /// A TCP pinning connection balancer for long-lived P2P clients.
 ///
@@ -34,40 +39,187 @@ enum Command {
     /// Parse and validate the config, print the effective pools, bind nothing.
     /// Exits 0 when valid, 2 when not.
     Check,
+    /// Show a running instance's pools and backends (reads `/status`).
+    Status {
+        #[command(flatten)]
+        admin: AdminArg,
+        /// Print the raw JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a backend into maintenance: no new clients, its connections
+    /// drained, for exactly this long.
+    Quarantine {
+        /// Pool name.
+        pool: String,
+        /// Backend name.
+        backend: String,
+        /// How long, e.g. `10m`.
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        window: Duration,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+    /// End a backend's quarantine now (it returns once its probes pass).
+    Release {
+        /// Pool name.
+        pool: String,
+        /// Backend name.
+        backend: String,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+    /// Self-contained demo on loopback: simulated P2P nodes, clients, a
+    /// scripted failure, recovery and lag. Ends by itself.
+    Demo,
+}
+
+#[derive(Debug, clap::Args)]
+struct AdminArg {
+    /// Admin endpoint of the running instance [default: admin.listen of the
+    /// config, else 127.0.0.1:9900].
+    #[arg(long)]
+    admin: Option<String>,
+}
+
+impl AdminArg {
+    fn resolve(self, config: &std::path::Path) -> String {
+        self.admin.unwrap_or_else(|| {
+            Config::load(config)
+                .ok()
+                .and_then(|c| c.admin)
+                .map_or_else(|| "127.0.0.1:9900".to_owned(), |a| a.listen.to_string())
+        })
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match Config::load(&cli.config) {
-        Ok(config) => config,
-        Err(err) => {
-            eprintln!("error: {err}");
-            return ExitCode::from(2);
-        }
-    };
-    match cli.command.unwrap_or(Command::Run) {
-        Command::Check => {
-            print!("{}", config::describe(&config));
-            ExitCode::SUCCESS
-        }
-        Command::Run => match run(config) {
-            Ok(()) => ExitCode::SUCCESS,
+    let command = cli.command.unwrap_or(Command::Run);
+    let path = cli.config;
+    let client = |admin: AdminArg, call: Call| -> ExitCode {
+        let addr = admin.resolve(&path);
+        match block_on(call.send(&addr)) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
             Err(err) => {
                 eprintln!("error: {err:#}");
                 ExitCode::FAILURE
             }
-        },
+        }
+    };
+    match command {
+        Command::Status { admin, json } => client(admin, Call::Status { json }),
+        Command::Quarantine {
+            pool,
+            backend,
+            window,
+            admin,
+        } => client(
+            admin,
+            Call::Quarantine {
+                pool,
+                backend,
+                window,
+            },
+        ),
+        Command::Release {
+            pool,
+            backend,
+            admin,
+        } => client(admin, Call::Release { pool, backend }),
+        Command::Demo => exit(demo()),
+        Command::Check | Command::Run => {
+            let config = match Config::load(&path) {
+                Ok(config) => config,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            if matches!(command, Command::Check) {
+                print!("{}", config::describe(&config));
+                for warning in config::warnings(&config) {
+                    eprintln!("warning: {warning}");
+                }
+                return ExitCode::SUCCESS;
+            }
+            exit(run(config, path))
+        }
     }
 }
 
-fn run(config: Config) -> anyhow::Result<()> {
-    let _log = pin_proxy::logging::init(&config.log)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+fn exit(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One admin request from the command line.
+enum Call {
+    Status {
+        json: bool,
+    },
+    Quarantine {
+        pool: String,
+        backend: String,
+        window: Duration,
+    },
+    Release {
+        pool: String,
+        backend: String,
+    },
+}
+
+impl Call {
+    async fn send(self, admin: &str) -> anyhow::Result<String> {
+        match self {
+            Call::Status { json } => client::status(admin, json).await,
+            Call::Quarantine {
+                pool,
+                backend,
+                window,
+            } => client::quarantine(admin, &pool, &backend, window).await,
+            Call::Release { pool, backend } => client::release(admin, &pool, &backend).await,
+        }
+    }
+}
+
+fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?;
-    let result = runtime.block_on(async {
+        .build()?
+        .block_on(fut)
+}
+
+fn demo() -> anyhow::Result<()> {
+    let log = LogConfig {
+        level: "info".to_owned(),
+        format: LogFormat::Text,
+        file: None,
+    };
+    let _log = pin_proxy::logging::init(&log)?;
+    runtime()?.block_on(pin_proxy::demo::run())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
+    let _log = pin_proxy::logging::init(&config.log)?;
+    let result = runtime()?.block_on(async {
         let shutdown = shutdown_signal()?;
-        let server = pin_proxy::Server::bind(config)?;
+        let server = pin_proxy::Server::bind_file(config, Some(path))?;
+        reload_on_sighup(server.control())?;
         server.run(shutdown).await;
         anyhow::Ok(())
     });
@@ -79,7 +231,6 @@ fn run(config: Config) -> anyhow::Result<()> {
 
 /// Resolves on the first SIGTERM or SIGINT.
 fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     Ok(async move {
@@ -88,4 +239,16 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {}
         }
     })
+}
+
+/// Each SIGHUP re-reads the config file (the outcome is logged by the server).
+fn reload_on_sighup(control: Control) -> anyhow::Result<()> {
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            // `reloaded` / `reload_failed` are logged where the reload runs.
+            let _ = control.reload().await;
+        }
+    });
+    Ok(())
 }

@@ -78,6 +78,17 @@ impl Prober {
         }
     }
 
+    /// Re-subscribe `pool`'s backends after a reload: removed backends stop
+    /// being probed, added ones are probed at once, changed settings take
+    /// effect.
+    pub fn rewatch(&self, pool: &Arc<Pool>) {
+        let weak = Arc::downgrade(pool);
+        for subs in lock(&self.targets).values() {
+            lock(subs).retain(|(p, _)| !p.ptr_eq(&weak));
+        }
+        self.watch(pool);
+    }
+
     fn subscribe(&self, pool: &Arc<Pool>, id: BackendId, backend: &BackendConfig) {
         let config = pool.config();
         let h = &config.health;

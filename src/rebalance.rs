@@ -11,6 +11,9 @@ use tracing::{debug, info};
 use crate::connect;
 use crate::registry::{BackendId, Pool};
 
+/// How often a disabled rebalancer checks whether a reload enabled it.
+const DISABLED_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the planner needs to know about one backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Load {
@@ -57,14 +60,15 @@ pub fn plan(loads: &[Load], min_imbalance: usize) -> Option<(usize, usize)> {
 /// is re-read each tick, so a reload applies to the next one.
 pub async fn run(pool: Arc<Pool>) {
     loop {
-        let Some(interval) = pool.config().rebalance.interval else {
-            return;
-        };
+        // Disabled (`0s`): look again later, a reload may enable it.
+        let interval = pool.config().rebalance.interval;
         tokio::select! {
             () = pool.token.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(interval.unwrap_or(DISABLED_RECHECK)) => {}
         }
-        tick(&pool).await;
+        if interval.is_some() {
+            tick(&pool).await;
+        }
     }
 }
 

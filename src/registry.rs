@@ -139,6 +139,21 @@ pub struct Backend {
     pub stats: Arc<BackendStats>,
 }
 
+impl Backend {
+    /// A backend with a fresh record.
+    pub fn new(id: BackendId, config: BackendConfig) -> Backend {
+        Backend {
+            id,
+            config,
+            health: BackendHealth::default(),
+            height: None,
+            last_probe: None,
+            conns: BTreeMap::new(),
+            stats: Arc::default(),
+        }
+    }
+}
+
 /// Where a chosen connection goes.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -175,15 +190,7 @@ impl Pool {
             .backends
             .iter()
             .zip(0..)
-            .map(|(b, id)| Backend {
-                id,
-                config: b.clone(),
-                health: BackendHealth::default(),
-                height: None,
-                last_probe: None,
-                conns: BTreeMap::new(),
-                stats: Arc::default(),
-            })
+            .map(|(b, id)| Backend::new(id, b.clone()))
             .collect();
         Pool {
             name: config.name.clone(),
@@ -217,6 +224,50 @@ impl Pool {
         // A panic while holding the lock leaves plain data behind that is
         // still consistent enough to serve; keep going rather than cascade.
         self.backends.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Apply a reloaded config: backends are matched by name (and address;
+    /// a backend whose address changed is a different node). Kept ones keep
+    /// their health, strikes and connections; removed ones have their
+    /// connections closed. Settings apply to new work.
+    pub fn reconfigure(&self, config: PoolConfig) {
+        let mut backends = self.backends();
+        let mut old: Vec<Backend> = std::mem::take(&mut *backends);
+        let mut next_id = old.iter().map(|b| b.id + 1).max().unwrap_or(0);
+        for bc in &config.backends {
+            let kept = old
+                .iter()
+                .position(|b| b.config.name == bc.name && b.config.addr == bc.addr);
+            let backend = match kept {
+                Some(i) => {
+                    let mut b = old.swap_remove(i);
+                    b.config = bc.clone();
+                    b
+                }
+                None => {
+                    next_id += 1;
+                    tracing::info!(pool = %self.name, backend = %bc.name, "backend_added");
+                    Backend::new(next_id, bc.clone())
+                }
+            };
+            backends.push(backend);
+        }
+        for gone in old {
+            tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
+            for entry in gone.conns.values() {
+                entry.closer.close("backend_removed");
+            }
+        }
+        self.config.store(Arc::new(config));
+    }
+
+    /// Close every connection of the pool with `reason`.
+    pub fn close_all(&self, reason: &'static str) {
+        for b in self.backends().iter() {
+            for entry in b.conns.values() {
+                entry.closer.close(reason);
+            }
+        }
     }
 
     /// Admit one more client if the pool is below `max_connections`.

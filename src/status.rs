@@ -129,6 +129,9 @@ fn wall_time(at: Instant, now: Instant, wall: SystemTime) -> SystemTime {
 
 /// `2026-11-30T18:01:53Z` (seconds precision).
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }

@@ -148,3 +148,17 @@ fn nets(nets: &[IpNet]) -> String {
 fn hex(bytes: [u8; 4]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// Things `check` should point out although the file is valid.
+pub fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(admin) = &config.admin
+        && !admin.listen.ip().is_loopback()
+    {
+        out.push(format!(
+            "admin.listen {} is reachable beyond loopback; the admin endpoint has no authentication, only admin.allow",
+            admin.listen
+        ));
+    }
+    out
+}

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use describe::describe;
+pub use describe::{describe, warnings};
 pub use ipnet::IpNet;
 pub use parse::ConfigError;
 pub(crate) use parse::default_probe_url;

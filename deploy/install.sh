@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Install pin-proxy as a systemd service: build, install the binary, the unit
+# and (only when none exists) /etc/pin-proxy/config.yaml, validate the config,
+# then enable and start the service.
+#
+# Idempotent: re-running upgrades the binary and the unit, keeps an existing
+# config, and restarts the service only when the binary or the unit changed
+# (a restart closes every client connection; clients redial).
+#
+# Usage: deploy/install.sh [OPTIONS]
+#   --bin FILE       install FILE instead of building (cargo build --release --locked)
+#   --config FILE    initial config when /etc/pin-proxy/config.yaml is absent
+#                    (default: deploy/config.litecoin-p2p.yaml, else the repo's config.yaml)
+#   --prefix DIR     install the binary to DIR/bin (default: /usr/local)
+#   --destdir DIR    stage every file under DIR (also env DESTDIR): creates no
+#                    user, changes no owner, runs no systemctl; needs no root
+#   --no-start       enable the service but do not start or restart it
+#   -h, --help       this text
+#
+# Typical: cargo build --release --locked && sudo deploy/install.sh --bin target/release/pin-proxy
+# (building as your own user keeps root out of ~/.cargo; plain `sudo deploy/install.sh`
+# builds as root, which needs cargo on root's PATH).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=""
+config=""
+prefix=/usr/local
+destdir=${DESTDIR:-}
+start=1
+user=pin-proxy
+
+say() { echo "install: $*"; }
+die() {
+    echo "install: error: $*" >&2
+    exit 1
+}
+usage() { sed -n '/^# Usage:/,/^# *-h, --help/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --bin) bin=${2:?--bin needs a file}; shift 2 ;;
+    --config) config=${2:?--config needs a file}; shift 2 ;;
+    --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
+    --destdir) destdir=${2:?--destdir needs a directory}; shift 2 ;;
+    --no-start) start=0; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+    esac
+done
+
+case "$prefix" in /*) ;; *) die "--prefix must be an absolute path: $prefix" ;; esac
+if [ -n "$destdir" ]; then
+    mkdir -p "$destdir"
+    destdir=$(cd "$destdir" && pwd)
+elif [ "$(id -u)" -ne 0 ]; then
+    die "run as root (sudo), or stage into a directory with --destdir"
+fi
+
+# --- Build ----------------------------------------------------------------
+if [ -z "$bin" ]; then
+    command -v cargo >/dev/null 2>&1 ||
+        die "cargo not found; build first and pass --bin target/release/pin-proxy"
+    say "building: cargo build --release --locked"
+    (cd "$repo" && cargo build --release --locked)
+    bin=$repo/target/release/pin-proxy
+fi
+[ -x "$bin" ] || die "not an executable: $bin"
+
+if [ -z "$config" ]; then
+    config=$repo/deploy/config.litecoin-p2p.yaml
+    [ -f "$config" ] || config=$repo/config.yaml
+fi
+[ -f "$config" ] || die "no such config: $config"
+
+# --- User -----------------------------------------------------------------
+# A dedicated system user (see the comment in systemd/pin-proxy.service for
+# why not DynamicUser): it owns nothing but reads the config through its group.
+if [ -z "$destdir" ] && ! getent passwd "$user" >/dev/null; then
+    say "creating system user $user"
+    useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin --comment "pin-proxy balancer" "$user"
+fi
+
+# --- Files ----------------------------------------------------------------
+changed=0
+
+# install_file MODE SRC DEST: install SRC as DEST unless identical; sets `changed`.
+# `install` unlinks the old file first, so replacing a running binary is safe.
+install_file() {
+    if [ -f "$3" ] && cmp -s "$2" "$3"; then
+        say "unchanged: $3"
+    else
+        install -D -m "$1" "$2" "$3"
+        say "installed: $3"
+        changed=1
+    fi
+}
+
+bin_dest=$destdir$prefix/bin/pin-proxy
+install_file 0755 "$bin" "$bin_dest"
+
+# The unit names /usr/local/bin/pin-proxy; follow --prefix.
+unit_tmp=$(mktemp)
+trap 'rm -f "$unit_tmp"' EXIT
+sed "s#/usr/local/bin/pin-proxy#$prefix/bin/pin-proxy#g" \
+    "$repo/systemd/pin-proxy.service" >"$unit_tmp"
+install_file 0644 "$unit_tmp" "$destdir/etc/systemd/system/pin-proxy.service"
+
+# The config may hold probe_url credentials: root writes it, the service's
+# group reads it, nobody else does. An existing config is never overwritten.
+etc=$destdir/etc/pin-proxy
+conf=$etc/config.yaml
+install -d -m 0750 "$etc"
+[ -n "$destdir" ] || chown "root:$user" "$etc"
+if [ -e "$conf" ]; then
+    say "kept existing: $conf"
+else
+    install -m 0640 "$config" "$conf"
+    [ -n "$destdir" ] || chown "root:$user" "$conf"
+    say "installed: $conf (from ${config#"$repo"/}; edit the backends)"
+fi
+
+# --- Validate -------------------------------------------------------------
+# As the service user when installing for real, so a file it cannot read
+# fails here rather than at start.
+say "checking: $conf"
+if [ -z "$destdir" ] && command -v runuser >/dev/null 2>&1; then
+    runuser -u "$user" -- "$bin_dest" check -c "$conf" ||
+        die "$conf is invalid (see above); fix it and run this again"
+else
+    "$bin_dest" check -c "$conf" ||
+        die "$conf is invalid (see above); fix it and run this again"
+fi
+
+# --- systemd --------------------------------------------------------------
+if [ -n "$destdir" ]; then
+    say "staged into $destdir: skipped user creation, chown and systemctl"
+    exit 0
+fi
+if [ ! -d /run/systemd/system ]; then
+    say "systemd is not running here (a container?): skipped systemctl;"
+    say "start it with: $prefix/bin/pin-proxy run -c /etc/pin-proxy/config.yaml"
+    exit 0
+fi
+
+systemctl daemon-reload
+if [ "$start" -eq 0 ]; then
+    systemctl enable pin-proxy
+    say "enabled; start with: systemctl start pin-proxy"
+elif systemctl is-active --quiet pin-proxy && [ "$changed" -eq 1 ]; then
+    systemctl enable pin-proxy
+    say "restarting for the new binary/unit (clients redial)"
+    systemctl restart pin-proxy
+else
+    systemctl enable --now pin-proxy
+fi
+if [ "$start" -eq 1 ]; then
+    systemctl --no-pager --lines=0 status pin-proxy || true # only a report
+    say "done; logs: journalctl -u pin-proxy -f"
+fi

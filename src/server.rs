@@ -1,0 +1,300 @@
+//! The running instance: binds, starts every pool's tasks, serves until
+//! shutdown, and applies reloads (the only place pools are added, changed or
+//! removed).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, IpNet, PoolConfig};
+use crate::control::{Control, ReloadRequest};
+use crate::prober::Prober;
+use crate::registry::Pool;
+use crate::{admin, listener, notify, rebalance, sockopt};
+
+/// How long shutdown waits for connections to finish closing.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// One bound listen address of a pool.
+struct Listen {
+    /// As configured (`127.0.0.1:0` stays `:0`), to diff reloads against.
+    configured: SocketAddr,
+    local: SocketAddr,
+    token: CancellationToken,
+    /// Bound but not yet accepting.
+    pending: Option<TcpListener>,
+}
+
+struct PoolRun {
+    pool: Arc<Pool>,
+    listens: Vec<Listen>,
+}
+
+/// A bound instance.
+pub struct Server {
+    config: Config,
+    path: Option<PathBuf>,
+    pools: Vec<PoolRun>,
+    admin: Option<(TcpListener, Vec<IpNet>)>,
+    root: CancellationToken,
+    tracker: TaskTracker,
+    shared: listener::Shared,
+    control: Control,
+    reloads: mpsc::Receiver<ReloadRequest>,
+}
+
+impl Server {
+    /// Bind every listen address of every pool (and the admin endpoint) and
+    /// log `listening` for each. Without a config path, reloads are refused.
+    ///
+    /// # Errors
+    /// The first address that cannot be bound.
+    pub fn bind(config: Config) -> anyhow::Result<Server> {
+        Server::bind_file(config, None)
+    }
+
+    /// As [`Server::bind`], remembering `path` for reloads.
+    ///
+    /// # Errors
+    /// The first address that cannot be bound.
+    pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
+        let root = CancellationToken::new();
+        let pools = config
+            .pools
+            .iter()
+            .map(|pc| {
+                let listens = bind_all(&pc.name, &pc.listen)?;
+                let pool = Arc::new(Pool::new(pc.clone(), root.child_token()));
+                let listens = adopt(&pool, listens);
+                Ok(PoolRun { pool, listens })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let admin = match &config.admin {
+            Some(a) => {
+                let l =
+                    sockopt::bind(a.listen).with_context(|| format!("admin: bind {}", a.listen))?;
+                info!(listen = %l.local_addr()?, "admin_listening");
+                Some((l, a.allow.clone()))
+            }
+            None => None,
+        };
+        let (reload_tx, reloads) = mpsc::channel(4);
+        let control = Control::new(pools.iter().map(|p| p.pool.clone()).collect(), reload_tx);
+        let tracker = TaskTracker::new();
+        Ok(Server {
+            config,
+            path,
+            pools,
+            admin,
+            shared: listener::Shared {
+                conn_ids: Arc::new(AtomicU64::new(1)),
+                tracker: tracker.clone(),
+            },
+            root,
+            tracker,
+            control,
+            reloads,
+        })
+    }
+
+    /// The pools, in config order.
+    pub fn pools(&self) -> Vec<Arc<Pool>> {
+        self.pools.iter().map(|p| p.pool.clone()).collect()
+    }
+
+    /// The handle for status, manual quarantine and reload.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// The bound addresses, per pool name.
+    pub fn local_addrs(&self) -> Vec<(String, SocketAddr)> {
+        self.pools
+            .iter()
+            .flat_map(|p| p.listens.iter().map(|l| (p.pool.name.clone(), l.local)))
+            .collect()
+    }
+
+    /// Serve until `shutdown` resolves, then stop accepting, close every
+    /// connection and wait (bounded) for them to finish.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        let prober = Prober::new(self.tracker.clone(), self.root.clone());
+        for i in 0..self.pools.len() {
+            self.start_pool(i, &prober);
+        }
+        if let Some((l, allow)) = self.admin.take() {
+            let (control, token) = (self.control.clone(), self.root.clone());
+            self.tracker.spawn(admin::serve(l, allow, control, token));
+        }
+        self.tracker.spawn(notify::watchdog(self.root.clone()));
+        notify::ready();
+        info!("ready");
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(reply) = self.reloads.recv() => {
+                    let result = self.reload(&prober);
+                    // The requester may have gone away; the outcome is logged either way.
+                    let _ = reply.send(result);
+                }
+            }
+        }
+        notify::stopping();
+        info!("shutdown");
+        self.root.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            warn!(tasks = self.tracker.len(), "shutdown_timeout");
+        }
+    }
+
+    fn start_pool(&mut self, i: usize, prober: &Prober) {
+        let run = &mut self.pools[i];
+        prober.watch(&run.pool);
+        self.tracker.spawn(rebalance::run(run.pool.clone()));
+        start_accepting(run, &self.shared);
+    }
+
+    /// Re-read the config file and apply it. Everything that can fail
+    /// (parsing, binding new addresses) happens before anything changes.
+    fn reload(&mut self, prober: &Prober) -> Result<(), String> {
+        notify::reloading();
+        let result = self.try_reload(prober);
+        match &result {
+            Ok(()) => info!(pools = self.pools.len(), "reloaded"),
+            Err(err) => error!(err = %err, "reload_failed"),
+        }
+        notify::ready();
+        result
+    }
+
+    fn try_reload(&mut self, prober: &Prober) -> Result<(), String> {
+        let path = self.path.clone().ok_or("no config file to reload")?;
+        let new = Config::load(&path).map_err(|e| e.to_string())?;
+        // Bind what is new first; on any error drop it all and keep running as before.
+        let mut fresh: HashMap<String, Vec<Listen>> = HashMap::new();
+        for pc in &new.pools {
+            let old = self.pools.iter().find(|p| p.pool.name == pc.name);
+            let wanted: Vec<SocketAddr> = pc
+                .listen
+                .iter()
+                .copied()
+                .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.configured == *a)))
+                .collect();
+            let listens = bind_all(&pc.name, &wanted).map_err(|e| format!("{e:#}"))?;
+            fresh.insert(pc.name.clone(), listens);
+        }
+        let mut next = Vec::new();
+        for pc in &new.pools {
+            let bound = fresh.remove(&pc.name).unwrap_or_default();
+            let run = match self.pools.iter().position(|p| p.pool.name == pc.name) {
+                Some(i) => {
+                    let mut run = self.pools.remove(i);
+                    reconfigure(&mut run, pc, bound);
+                    prober.rewatch(&run.pool);
+                    run
+                }
+                None => {
+                    let pool = Arc::new(Pool::new(pc.clone(), self.root.child_token()));
+                    let listens = adopt(&pool, bound);
+                    info!(pool = %pc.name, "pool_added");
+                    prober.watch(&pool);
+                    self.tracker.spawn(rebalance::run(pool.clone()));
+                    PoolRun { pool, listens }
+                }
+            };
+            next.push(run);
+        }
+        for gone in self.pools.drain(..) {
+            info!(pool = %gone.pool.name, "pool_removed");
+            gone.pool.close_all("pool_removed");
+            gone.pool.token.cancel();
+        }
+        self.pools = next;
+        for run in &mut self.pools {
+            start_accepting(run, &self.shared);
+        }
+        self.control.set_pools(self.pools());
+        if new.admin != self.config.admin || new.log != self.config.log {
+            warn!("reload_partial: admin and log settings apply at the next restart");
+        }
+        self.config = new;
+        Ok(())
+    }
+}
+
+/// Start the accept loops of the pool's listeners that are not accepting yet.
+fn start_accepting(run: &mut PoolRun, shared: &listener::Shared) {
+    for l in &mut run.listens {
+        if let Some(listener) = l.pending.take() {
+            let task =
+                listener::accept_loop(listener, run.pool.clone(), l.token.clone(), shared.clone());
+            shared.tracker.spawn(task);
+        }
+    }
+}
+
+/// Bind `addrs` for pool `name`, logging `listening` for each. The
+/// listeners are not tied to a pool until [`adopt`]ed.
+fn bind_all(name: &str, addrs: &[SocketAddr]) -> anyhow::Result<Vec<Listen>> {
+    let mut out = Vec::new();
+    for addr in addrs {
+        let listener = sockopt::bind(*addr).with_context(|| format!("pool {name}: bind {addr}"))?;
+        out.push(Listen {
+            configured: *addr,
+            local: listener.local_addr()?,
+            token: CancellationToken::new(),
+            pending: Some(listener),
+        });
+    }
+    for l in &out {
+        info!(pool = %name, listen = %l.local, "listening");
+    }
+    Ok(out)
+}
+
+/// Tie listeners to `pool`: they stop when it stops. Records the
+/// addresses when they are all the pool has.
+fn adopt(pool: &Arc<Pool>, bound: Vec<Listen>) -> Vec<Listen> {
+    let listens: Vec<Listen> = bound
+        .into_iter()
+        .map(|l| Listen {
+            token: pool.token.child_token(),
+            ..l
+        })
+        .collect();
+    pool.set_listen(listens.iter().map(|l| l.local).collect());
+    listens
+}
+
+/// Apply a changed pool config: listeners that are gone stop, new ones join,
+/// backends are added and removed, settings apply to new work.
+fn reconfigure(run: &mut PoolRun, config: &PoolConfig, bound: Vec<Listen>) {
+    run.listens.retain(|l| {
+        let keep = config.listen.contains(&l.configured);
+        if !keep {
+            info!(pool = %run.pool.name, listen = %l.local, "listener_removed");
+            l.token.cancel();
+        }
+        keep
+    });
+    run.listens.extend(adopt(&run.pool, bound));
+    run.pool
+        .set_listen(run.listens.iter().map(|l| l.local).collect());
+    run.pool.reconfigure(config.clone());
+}
