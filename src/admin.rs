@@ -1,18 +1,179 @@
-//! The admin HTTP endpoint (`admin.listen`): status, metrics, maintenance.
+//! The admin HTTP endpoint (`admin.listen`): accept loop, allow-list, and the
+//! bounds that keep a slow or hostile admin client from stalling the proxy or
+//! other admin clients. The routes themselves live in `admin/routes.rs`.
+//!
+//! Bounds: at most [`MAX_CONNECTIONS`] admin connections at once (excess ones
+//! are closed at once), request heads within [`HEAD_TIMEOUT`] and
+//! [`MAX_HEAD`] bytes, bodies within [`MAX_BODY`] bytes, each
+//! request answered within a fixed budget, and each connection closed
+//! (gracefully) after [`CONNECTION_LIFETIME`].
 
-use tokio::net::TcpListener;
+mod routes;
+
+pub use routes::{BackendAnswer, ErrorAnswer, MAX_BODY, REQUEST_TIMEOUT};
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
 use crate::control::Control;
 
-/// Serve admin requests on `listener` until `token` is cancelled.
+/// Admin connections served at once; more are closed on accept.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Time a client gets to send a complete request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest request head (request line and headers), in bytes.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// A connection is asked to close (after its current request) this long
+/// after it was accepted.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a closing connection may take to finish its request.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// Accept errors back off from this...
+const BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// ...up to this.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Serve admin requests on `listener` until `token` is cancelled; then stop
+/// accepting, let open requests finish (briefly) and return.
+///
+/// Clients outside `allow` (IPv4-mapped IPv6 addresses matched as IPv4; an
+/// empty list allows nobody) get 403 on every route.
 pub async fn serve(
     listener: TcpListener,
     allow: Vec<IpNet>,
     control: Control,
     token: CancellationToken,
 ) {
-    let _ = (listener, allow, control);
-    token.cancelled().await;
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let tracker = TaskTracker::new();
+    let ctx = Arc::new(routes::Ctx {
+        control,
+        token: token.clone(),
+    });
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let accepted = tokio::select! {
+            () = token.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        let (stream, peer) = match accepted {
+            Ok(conn) => {
+                backoff = BACKOFF_MIN;
+                conn
+            }
+            Err(err) => {
+                // Usually fd exhaustion: wait for it to pass, never give up.
+                warn!(err = %err, "admin_accept_failed");
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!(client = %peer, reason = "max_connections", "admin_rejected");
+            continue; // dropping the stream closes it
+        };
+        let allowed = allowed(&allow, peer);
+        if !allowed {
+            debug!(client = %peer, reason = "allow", "admin_rejected");
+        }
+        let (ctx, token) = (ctx.clone(), token.clone());
+        tracker.spawn(async move {
+            connection(stream, peer, allowed, ctx, token).await;
+            drop(slot);
+        });
+    }
+    tracker.close();
+    if tokio::time::timeout(CLOSE_GRACE * 2, tracker.wait())
+        .await
+        .is_err()
+    {
+        warn!(connections = tracker.len(), "admin_shutdown_timeout");
+    }
+    info!("admin_stopped");
+}
+
+/// True if `peer` may use the admin endpoint. Unlike a pool's allow-list, an
+/// empty list allows nobody: the endpoint has no other authentication.
+pub fn allowed(allow: &[IpNet], peer: SocketAddr) -> bool {
+    let ip = peer.ip().to_canonical();
+    allow.iter().any(|net| net.contains(&ip))
+}
+
+/// Serve one admin connection (HTTP/1.1, keep-alive) within its bounds.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    allowed: bool,
+    ctx: Arc<routes::Ctx>,
+    token: CancellationToken,
+) {
+    let service = service_fn(move |req| {
+        let ctx = ctx.clone();
+        async move { Ok::<_, Infallible>(routes::respond(req, peer, allowed, &ctx).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD)
+        .max_headers(64)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let done = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        () = token.cancelled() => None,
+        () = tokio::time::sleep(CONNECTION_LIFETIME) => None,
+    };
+    let result = match done {
+        Some(r) => r,
+        None => {
+            // Finish the request in flight (if any), then close.
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(REQUEST_TIMEOUT + CLOSE_GRACE, conn).await {
+                Ok(r) => r,
+                Err(_) => {
+                    debug!(client = %peer, "admin_connection_timeout");
+                    return;
+                }
+            }
+        }
+    };
+    if let Err(err) = result {
+        // Timeouts, malformed requests, peers that went away: theirs to fix.
+        debug!(client = %peer, err = %err, "admin_connection_error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_list_matches_mapped_addresses_and_empty_allows_nobody() {
+        let allow: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()];
+        let ok = |s: &str| allowed(&allow, s.parse().unwrap());
+        assert!(ok("127.0.0.1:5"));
+        assert!(ok("[::1]:5"));
+        assert!(ok("[::ffff:127.0.0.1]:5"));
+        assert!(!ok("127.0.0.2:5"));
+        assert!(!ok("[::ffff:127.0.0.2]:5"));
+        assert!(!allowed(&[], "127.0.0.1:4".parse().unwrap()));
+    }
 }

@@ -32,6 +32,7 @@ pub mod demo;
 pub mod health;
 pub mod listener;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod probe;
 pub mod prober;

@@ -36,6 +36,14 @@ struct Listen {
     pending: Option<TcpListener>,
 }
 
+impl Listen {
+    /// True when `addr` from a config names this listener: as configured,
+    /// or as bound (a port-0 address written back with its real port).
+    fn serves(&self, addr: SocketAddr) -> bool {
+        addr == self.configured || addr == self.local
+    }
+}
+
 struct PoolRun {
     pool: Arc<Pool>,
     listens: Vec<Listen>,
@@ -194,7 +202,7 @@ impl Server {
                 .listen
                 .iter()
                 .copied()
-                .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.configured == *a)))
+                .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.serves(*a))))
                 .collect();
             let listens = bind_all(&pc.name, &wanted).map_err(|e| format!("{e:#}"))?;
             fresh.insert(pc.name.clone(), listens);
@@ -286,7 +294,7 @@ fn adopt(pool: &Arc<Pool>, bound: Vec<Listen>) -> Vec<Listen> {
 /// backends are added and removed, settings apply to new work.
 fn reconfigure(run: &mut PoolRun, config: &PoolConfig, bound: Vec<Listen>) {
     run.listens.retain(|l| {
-        let keep = config.listen.contains(&l.configured);
+        let keep = config.listen.iter().any(|a| l.serves(*a));
         if !keep {
             info!(pool = %run.pool.name, listen = %l.local, "listener_removed");
             l.token.cancel();

@@ -18,6 +18,7 @@ struct Events {
 /// A running pin-proxy process; killed on drop.
 pub struct Proxy {
     child: Child,
+    config: std::path::PathBuf,
     events: Arc<Events>,
     addrs: Vec<(String, SocketAddr)>,
     _dir: tempfile::TempDir,
@@ -39,12 +40,7 @@ impl Proxy {
     pub fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
-        let yaml = if yaml.contains("\nlog:") || yaml.starts_with("log:") {
-            yaml.to_owned()
-        } else {
-            format!("log: {{ level: debug, format: json }}\n{yaml}")
-        };
-        std::fs::write(&path, yaml).expect("write config");
+        std::fs::write(&path, with_log(yaml)).expect("write config");
         let mut child = Command::new(binary())
             .arg("run")
             .arg("-c")
@@ -69,6 +65,7 @@ impl Proxy {
         });
         let mut proxy = Proxy {
             child,
+            config: path,
             events,
             addrs: Vec::new(),
             _dir: dir,
@@ -153,6 +150,28 @@ impl Proxy {
         }
     }
 
+    /// The config file the process reads (and re-reads on SIGHUP).
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.config
+    }
+
+    /// Replace the config file (the same `log:` default applies) and send
+    /// SIGHUP; returns the `reloaded` or `reload_failed` event.
+    pub fn reload(&self, yaml: &str) -> Value {
+        let before = self.events().len();
+        std::fs::write(&self.config, with_log(yaml)).expect("write config");
+        self.signal("HUP");
+        let outcome = |e: &Value| e["message"] == "reloaded" || e["message"] == "reload_failed";
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(e) = self.events().into_iter().skip(before).find(|e| outcome(e)) {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "no reload outcome logged");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Send a signal (`TERM`, `INT`, `HUP`) to the process.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
@@ -173,6 +192,15 @@ impl Proxy {
             std::thread::sleep(Duration::from_millis(10));
         }
         None
+    }
+}
+
+/// JSON logs at debug level unless the yaml sets `log:` itself.
+fn with_log(yaml: &str) -> String {
+    if yaml.contains("\nlog:") || yaml.starts_with("log:") {
+        yaml.to_owned()
+    } else {
+        format!("log: {{ level: debug, format: json }}\n{yaml}")
     }
 }
 

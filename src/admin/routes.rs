@@ -1,0 +1,364 @@
+//! The admin routes: one request in, one response out. Every failure is a
+//! JSON `{"error": "..."}` answer with its status code; nothing here panics.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use percent_encoding::percent_decode_str;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::control::Control;
+use crate::metrics;
+use crate::status::BackendStatus;
+
+/// Largest request body accepted (bodies are ignored, but must end).
+pub const MAX_BODY: usize = 64 * 1024;
+/// Time a client gets to send its request body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Budget for answering one request, body included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest manual quarantine accepted (a year): far beyond any maintenance,
+/// and keeps the window's end representable.
+const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// What every request handler shares.
+pub struct Ctx {
+    /// The instance.
+    pub control: Control,
+    /// Cancelled at shutdown.
+    pub token: CancellationToken,
+}
+
+/// The answer to `POST .../quarantine` and `POST .../release`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendAnswer {
+    /// The pool.
+    pub pool: String,
+    /// The backend's status after the command.
+    pub backend: BackendStatus,
+    /// For a release: whether a quarantine was ended (false: it was not
+    /// quarantined, and nothing changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<bool>,
+}
+
+/// An error answer's body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorAnswer {
+    /// What went wrong, in one line.
+    pub error: String,
+}
+
+type Answer = Response<Full<Bytes>>;
+
+/// A request that could not be served, as an HTTP status and a message.
+struct Fail(StatusCode, String);
+
+impl Fail {
+    fn new(status: StatusCode, msg: impl Into<String>) -> Fail {
+        Fail(status, msg.into())
+    }
+}
+
+/// The admin routes.
+#[derive(Debug)]
+enum Route {
+    Status,
+    Metrics,
+    Healthz,
+    Reload,
+    Quarantine { pool: String, backend: String },
+    Release { pool: String, backend: String },
+}
+
+impl Route {
+    /// The route of `path`, or `None` for an unknown path.
+    fn parse(path: &str) -> Result<Option<Route>, Fail> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let route = match segments.as_slice() {
+            ["status"] => Route::Status,
+            ["metrics"] => Route::Metrics,
+            ["healthz"] => Route::Healthz,
+            ["reload"] => Route::Reload,
+            ["pools", pool, "backends", backend, action] => {
+                let (pool, backend) = (decode(pool)?, decode(backend)?);
+                match *action {
+                    "quarantine" => Route::Quarantine { pool, backend },
+                    "release" => Route::Release { pool, backend },
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(route))
+    }
+
+    fn allow(&self) -> &'static str {
+        match self {
+            Route::Status | Route::Metrics | Route::Healthz => "GET, HEAD",
+            Route::Reload | Route::Quarantine { .. } | Route::Release { .. } => "POST",
+        }
+    }
+
+    fn accepts(&self, method: &Method) -> bool {
+        match self {
+            Route::Status | Route::Metrics | Route::Healthz => {
+                method == Method::GET || method == Method::HEAD
+            }
+            _ => method == Method::POST,
+        }
+    }
+}
+
+/// A percent-decoded path segment.
+fn decode(segment: &str) -> Result<String, Fail> {
+    percent_decode_str(segment)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| Fail::new(StatusCode::BAD_REQUEST, "path is not valid UTF-8"))
+}
+
+/// Answer one request from `peer`; `allowed` is its allow-list verdict.
+pub async fn respond(req: Request<Incoming>, peer: SocketAddr, allowed: bool, ctx: &Ctx) -> Answer {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let answer = if allowed {
+        match tokio::time::timeout(REQUEST_TIMEOUT, route(req, ctx)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(fail)) => error(fail),
+            Err(_) => error(Fail::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "request timed out",
+            )),
+        }
+    } else {
+        error(Fail::new(
+            StatusCode::FORBIDDEN,
+            format!("client {} is not in admin.allow", peer.ip().to_canonical()),
+        ))
+    };
+    debug!(
+        client = %peer, method = %method, path = %path,
+        status = answer.status().as_u16(), "admin_request"
+    );
+    answer
+}
+
+async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let Some(route) = Route::parse(req.uri().path())? else {
+        return Err(Fail::new(StatusCode::NOT_FOUND, "no such admin route"));
+    };
+    if !route.accepts(req.method()) {
+        let allow = route.allow();
+        let mut answer = error(Fail::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method {} not allowed; use {allow}", req.method()),
+        ));
+        answer
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+        return Ok(answer);
+    }
+    let query = req.uri().query().unwrap_or("").to_owned();
+    read_body(req.into_body()).await?;
+    match route {
+        Route::Status => json(StatusCode::OK, &ctx.control.status()),
+        Route::Metrics => {
+            let text = metrics::render(&ctx.control.pools()).map_err(|_| {
+                Fail::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed")
+            })?;
+            Ok(answer(StatusCode::OK, metrics::CONTENT_TYPE, text.into()))
+        }
+        Route::Healthz => Ok(answer(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            Bytes::from_static(b"ok\n"),
+        )),
+        Route::Reload => reload(ctx).await,
+        Route::Quarantine { pool, backend } => {
+            let window = window(&query)?;
+            let p = find_pool(ctx, &pool)?;
+            p.quarantine(&backend, window).map_err(not_found)?;
+            backend_answer(ctx, pool, &backend, None)
+        }
+        Route::Release { pool, backend } => {
+            let p = find_pool(ctx, &pool)?;
+            let released = p.release(&backend).map_err(not_found)?;
+            backend_answer(ctx, pool, &backend, Some(released))
+        }
+    }
+}
+
+/// Read (and drop) the body, within [`MAX_BODY`] and [`BODY_TIMEOUT`].
+async fn read_body(body: Incoming) -> Result<(), Fail> {
+    let read = Limited::new(body, MAX_BODY).collect();
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(Fail::new(
+            StatusCode::BAD_REQUEST,
+            format!("reading the request body: {e}"),
+        )),
+        Err(_) => Err(Fail::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
+        )),
+    }
+}
+
+fn too_large() -> Fail {
+    Fail::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body over {MAX_BODY} bytes"),
+    )
+}
+
+/// The `for` query parameter: a humantime duration, more than zero.
+fn window(query: &str) -> Result<Duration, Fail> {
+    let bad = |msg: String| Fail::new(StatusCode::BAD_REQUEST, msg);
+    let value = url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "for")
+        .map(|(_, v)| v.into_owned())
+        .ok_or_else(|| bad("missing duration: add ?for=10m".to_owned()))?;
+    let window = humantime::parse_duration(&value)
+        .map_err(|e| bad(format!("bad duration {value:?}: {e}")))?;
+    if window.is_zero() {
+        return Err(bad("duration must be more than 0".to_owned()));
+    }
+    if window > MAX_WINDOW {
+        return Err(bad(format!(
+            "duration {value:?} is over the maximum of {}",
+            humantime::format_duration(MAX_WINDOW)
+        )));
+    }
+    Ok(window)
+}
+
+async fn reload(ctx: &Ctx) -> Result<Answer, Fail> {
+    match ctx.control.reload().await {
+        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
+        Err(_) if ctx.token.is_cancelled() => Err(Fail::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server is shutting down",
+        )),
+        Err(msg) => Err(Fail::new(StatusCode::UNPROCESSABLE_ENTITY, msg)),
+    }
+}
+
+fn find_pool(ctx: &Ctx, name: &str) -> Result<std::sync::Arc<crate::registry::Pool>, Fail> {
+    ctx.control
+        .pool(name)
+        .ok_or_else(|| Fail::new(StatusCode::NOT_FOUND, format!("no pool {name}")))
+}
+
+fn not_found(e: impl std::fmt::Display) -> Fail {
+    Fail::new(StatusCode::NOT_FOUND, e.to_string())
+}
+
+/// The backend's status now, in a [`BackendAnswer`].
+fn backend_answer(
+    ctx: &Ctx,
+    pool: String,
+    backend: &str,
+    released: Option<bool>,
+) -> Result<Answer, Fail> {
+    // The pool may have been removed by a reload in between: then it is gone.
+    let status = ctx
+        .control
+        .pool(&pool)
+        .and_then(|p| p.status().backends.into_iter().find(|b| b.name == backend))
+        .ok_or_else(|| {
+            Fail::new(
+                StatusCode::NOT_FOUND,
+                format!("pool {pool} has no backend {backend}"),
+            )
+        })?;
+    json(
+        StatusCode::OK,
+        &BackendAnswer {
+            pool,
+            backend: status,
+            released,
+        },
+    )
+}
+
+fn json(status: StatusCode, value: &impl Serialize) -> Result<Answer, Fail> {
+    let mut body = serde_json::to_vec_pretty(value).map_err(|e| {
+        Fail::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding JSON: {e}"),
+        )
+    })?;
+    body.push(b'\n');
+    Ok(answer(status, "application/json", body.into()))
+}
+
+fn error(Fail(status, msg): Fail) -> Answer {
+    let body = serde_json::to_vec(&ErrorAnswer { error: msg })
+        .unwrap_or_else(|_| br#"{"error":"unknown error"}"#.to_vec());
+    answer(status, "application/json", body.into())
+}
+
+fn answer(status: StatusCode, content_type: &'static str, body: Bytes) -> Answer {
+    let mut answer = Response::new(Full::new(body));
+    *answer.status_mut() = status;
+    answer
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_and_decode_names() {
+        assert!(matches!(Route::parse("/status"), Ok(Some(Route::Status))));
+        assert!(matches!(Route::parse("/nope"), Ok(None)));
+        assert!(matches!(Route::parse("/status/x"), Ok(None)));
+        match Route::parse("/pools/p/backends/%5B%3A%3A1%5D%3A9333/quarantine") {
+            Ok(Some(Route::Quarantine { pool, backend })) => {
+                assert_eq!((pool.as_str(), backend.as_str()), ("p", "[::1]:9333"));
+            }
+            _ => panic!("not parsed as a quarantine route"),
+        }
+        assert!(matches!(
+            Route::parse("/pools/p/backends/b/release"),
+            Ok(Some(Route::Release { .. }))
+        ));
+        assert!(matches!(
+            Route::parse("/pools/p/backends/b/other"),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn window_needs_a_positive_bounded_duration() {
+        assert_eq!(window("for=10m").ok(), Some(Duration::from_secs(600)));
+        assert_eq!(
+            window("x=1&for=1h%2030m").ok(),
+            Some(Duration::from_secs(5400))
+        );
+        for bad in ["", "for=", "for=soon", "for=0s", "for=100000y", "fo=1m"] {
+            assert!(
+                matches!(window(bad), Err(Fail(StatusCode::BAD_REQUEST, _))),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! Manual quarantine, release, stale probe results and the last-leg rule,
+//! driven through the library: the server runs in the test's runtime and the
+//! test acts on its pools (`quarantine`, `release`) and reads their status.
+//!
+//! Backends are simulated Litecoin P2P nodes probed with `bitcoin-p2p`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pin_proxy::Server;
+use pin_proxy::config::Config;
+use pin_proxy::registry::{OUTCOMES, Pool};
+use pin_proxy::simnode::SimNode;
+use pin_proxy::status::BackendStatus;
+use support::{wait_until, within};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Bound on every wait.
+const T: Duration = Duration::from_secs(20);
+
+const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
+
+async fn sim(height: u64) -> SimNode {
+    SimNode::start("127.0.0.1:0".parse().unwrap(), REGTEST, height)
+        .await
+        .unwrap()
+}
+
+/// Pool `p` in front of `nodes` (named a, b, ...), probed every `interval`
+/// with `timeout`; rebalancing off so only the rules under test move clients.
+fn yaml(nodes: &[&SimNode], interval: &str, timeout: &str) -> String {
+    let backends: Vec<String> = nodes
+        .iter()
+        .zip('a'..)
+        .map(|(n, name)| format!("{{ name: {name}, addr: \"{}\" }}", n.addr()))
+        .collect();
+    format!(
+        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    connect_timeout: 300ms\n    \
+         rebalance: {{ interval: 0s }}\n    \
+         quarantine: {{ base: 1h, max: 1h, failures: 3 }}\n    \
+         health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: {interval}, \
+         timeout: {timeout}, fall: 2, rise: 1 }}\n    backends: [{}]\n",
+        backends.join(", ")
+    )
+}
+
+/// A server running in this runtime; stopped on drop.
+struct Running {
+    pool: Arc<Pool>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    fn start(yaml: &str) -> Running {
+        let config = Config::parse(yaml, Path::new("test.yaml")).unwrap();
+        let server = Server::bind(config).unwrap();
+        let pool = server.pools().remove(0);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            // A dropped sender stops the server as well.
+            let _ = stopped.await;
+        }));
+        Running {
+            pool,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.pool.listen()[0]
+    }
+
+    fn backend(&self, name: &str) -> BackendStatus {
+        self.pool
+            .status()
+            .backends
+            .into_iter()
+            .find(|b| b.name == name)
+            .unwrap()
+    }
+
+    fn state(&self, name: &str) -> String {
+        self.backend(name).state
+    }
+
+    /// Probe results of `outcome` applied to backend `name` so far.
+    fn probes(&self, name: &str, outcome: &str) -> u64 {
+        let i = OUTCOMES.iter().position(|o| *o == outcome).unwrap();
+        let backends = self.pool.backends();
+        let b = backends.iter().find(|b| b.config.name == name).unwrap();
+        b.stats.probes[i].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn wait_state(&self, name: &str, state: &str) {
+        let what = format!("{name} {state}");
+        wait_until(&what, T, || self.state(name) == state).await;
+    }
+
+    async fn wait_connections(&self, per_backend: &[(&str, usize)]) {
+        let what = format!("connections {per_backend:?}");
+        wait_until(&what, T, || {
+            per_backend
+                .iter()
+                .all(|(name, n)| self.backend(name).connections == *n)
+        })
+        .await;
+    }
+
+    /// A client through the proxy, once the proxy has placed it.
+    async fn client(&self) -> TcpStream {
+        let before = self.pool.status().connections;
+        let stream = TcpStream::connect(self.addr()).await.unwrap();
+        wait_until("client placed", T, || {
+            self.pool.status().connections == before + 1
+        })
+        .await;
+        stream
+    }
+
+    /// Whether every connection on backend `name` is still open (not asked
+    /// to close); read under the pool lock, so it reflects every drain
+    /// decision taken before the call.
+    fn none_closing(&self, name: &str) -> bool {
+        let backends = self.pool.backends();
+        let b = backends.iter().find(|b| b.config.name == name).unwrap();
+        b.conns.values().all(|e| !e.closer.is_closing())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The server may have stopped already; nothing else to do.
+            let _ = stop.send(());
+        }
+        self.task.abort();
+    }
+}
+
+/// Wait until the proxy closes `stream`.
+async fn closed(stream: &mut TcpStream) {
+    let mut buf = [0u8; 1024];
+    within("connection closed by the proxy", T, async {
+        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_probes() {
+    const WINDOW: Duration = Duration::from_millis(1500);
+    let (a, b) = (sim(100).await, sim(100).await);
+    let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
+    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("b", "healthy").await;
+    let mut on_a = proxy.client().await;
+    let _on_b = proxy.client().await;
+    proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
+
+    let started = Instant::now();
+    proxy.pool.quarantine("a", WINDOW).unwrap();
+    let passed_before = proxy.probes("a", "healthy");
+    let q = proxy.backend("a").quarantine.expect("quarantined");
+    assert_eq!(
+        (proxy.state("a").as_str(), q.reason.as_str()),
+        ("quarantined", "manual")
+    );
+    closed(&mut on_a).await;
+    // No new client goes to the quarantined backend, however empty it is.
+    let _next = proxy.client().await;
+    proxy.wait_connections(&[("a", 0), ("b", 2)]).await;
+
+    proxy.wait_state("a", "healthy").await;
+    let lasted = started.elapsed();
+    let passed = proxy.probes("a", "healthy") - passed_before;
+    assert!(
+        lasted >= WINDOW,
+        "window of {WINDOW:?} ended after {lasted:?}"
+    );
+    assert!(
+        lasted < WINDOW + Duration::from_secs(3),
+        "returned only after {lasted:?}"
+    );
+    assert!(
+        passed >= 5,
+        "only {passed} probes passed: the window was not tested against them"
+    );
+    assert_eq!(proxy.backend("a").quarantine, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_ends_the_window_but_waits_for_a_passing_probe() {
+    let (a, b) = (sim(100).await, sim(100).await);
+    let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
+    proxy.wait_state("a", "healthy").await;
+    assert_eq!(proxy.pool.release("b"), Ok(false), "b is not quarantined");
+    assert_eq!(proxy.state("b"), "healthy");
+    assert!(proxy.pool.release("nope").is_err());
+    assert!(
+        proxy
+            .pool
+            .quarantine("nope", Duration::from_secs(1))
+            .is_err()
+    );
+
+    proxy
+        .pool
+        .quarantine("a", Duration::from_secs(3600))
+        .unwrap();
+    // Reached but not answering: the probes after the release say unknown.
+    a.set_silent(true);
+    let unknown = proxy.probes("a", "unknown");
+    assert_eq!(proxy.pool.release("a"), Ok(true));
+    wait_until("two unknown probes after the release", T, || {
+        proxy.probes("a", "unknown") >= unknown + 2
+    })
+    .await;
+    assert_eq!(
+        proxy.state("a"),
+        "quarantined",
+        "returned without a passed probe"
+    );
+
+    a.set_silent(false);
+    proxy.wait_state("a", "healthy").await;
+    assert_eq!(proxy.backend("a").quarantine, None);
+}
+
+/// A probe that started before a manual quarantine reports after it: its
+/// result is dropped, not recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
+    let a = sim(100).await;
+    // A silent node holds a probe for its whole timeout: a long time in flight.
+    let proxy = Running::start(&yaml(&[&a], "600ms", "800ms"));
+    proxy.wait_state("a", "healthy").await;
+
+    a.set_silent(true);
+    let dialled = a.accepted();
+    wait_until("next probe in flight", T, || a.accepted() > dialled).await;
+    proxy
+        .pool
+        .quarantine("a", Duration::from_millis(50))
+        .unwrap();
+    wait_until("probe gave up", T, || a.live() == 0).await;
+    a.set_silent(false);
+
+    // The next probe passes and, the short window being over, brings A back.
+    // Until then the stale "unknown" must never show.
+    wait_until("a back after a passed probe", T, || {
+        let b = proxy.backend("a");
+        let outcome = b.last_probe.map(|p| p.outcome).unwrap_or_default();
+        assert_eq!(outcome, "healthy", "the stale probe result was applied");
+        b.state == "healthy"
+    })
+    .await;
+    assert_eq!(proxy.probes("a", "unknown"), 0);
+}
+
+/// With every backend taken out, the last leg keeps its clients and takes
+/// new ones (fail open); once a peer is usable again it is drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_leg_is_kept_until_a_peer_is_usable_again() {
+    let (a, b) = (sim(100).await, sim(100).await);
+    let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
+    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("b", "healthy").await;
+    let mut first = proxy.client().await;
+    let mut on_b = proxy.client().await;
+    proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
+
+    proxy
+        .pool
+        .quarantine("b", Duration::from_secs(3600))
+        .unwrap();
+    closed(&mut on_b).await;
+    proxy
+        .pool
+        .quarantine("a", Duration::from_secs(3600))
+        .unwrap();
+    assert!(proxy.none_closing("a"), "the last leg was drained");
+    let mut second = proxy.client().await;
+    proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
+    assert!(proxy.none_closing("a"), "the last leg was drained");
+
+    // B comes back (after a passed probe): A's clients are drained at once.
+    proxy.pool.release("b").unwrap();
+    proxy.wait_state("b", "healthy").await;
+    closed(&mut first).await;
+    closed(&mut second).await;
+    proxy.wait_connections(&[("a", 0)]).await;
+    assert_eq!(proxy.state("a"), "quarantined");
+}

@@ -1,0 +1,207 @@
+//! Hot reload (SIGHUP): added backends take the next client while existing
+//! connections stay; removed pools stop listening; a broken file changes
+//! nothing; quarantine and strikes survive. Plus the systemd notifications
+//! around it.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::os::unix::net::UnixDatagram;
+use std::time::Duration;
+
+use pin_proxy::Server;
+use pin_proxy::config::Config;
+use support::nodes::Node;
+use support::proxy::Proxy;
+use support::{wait_until, within};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const T: Duration = Duration::from_secs(10);
+
+fn pool(name: &str, listen: &str, backends: &[(&str, SocketAddr)]) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|(n, a)| format!("{{ name: {n}, addr: \"{a}\" }}"))
+        .collect();
+    format!(
+        "  - name: {name}\n    listen: \"{listen}\"\n    backends: [{}]\n",
+        list.join(", ")
+    )
+}
+
+async fn echo_ok(c: &mut TcpStream) {
+    c.write_all(b"still here").await.unwrap();
+    let mut b = [0u8; 10];
+    within("echo", T, c.read_exact(&mut b)).await.unwrap();
+    assert_eq!(&b, b"still here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_backend_takes_the_next_client_and_existing_connections_stay() {
+    let (a, b) = (Node::echo().await, Node::echo().await);
+    let proxy = Proxy::start(&format!(
+        "pools:\n{}",
+        pool("p", "127.0.0.1:0", &[("a", a.addr)])
+    ));
+    let addr = proxy.addr("p");
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    echo_ok(&mut first).await;
+    echo_ok(&mut second).await;
+    // Same pool, same (bound) address, one more backend.
+    let yaml = format!(
+        "pools:\n{}",
+        pool("p", &addr.to_string(), &[("a", a.addr), ("b", b.addr)])
+    );
+    let outcome = proxy.reload(&yaml);
+    assert_eq!(outcome["message"], "reloaded", "{outcome}");
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    echo_ok(&mut third).await;
+    let connected = proxy.wait_count(|e| e["message"] == "connected", 3, T);
+    assert_eq!(
+        connected[2]["backend"], "b",
+        "the new backend, with no clients, gets the next one"
+    );
+    echo_ok(&mut first).await;
+    echo_ok(&mut second).await;
+    assert!(
+        proxy.named("closed").is_empty(),
+        "no connection was closed by the reload"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_pool_stops_listening_and_closes_its_connections() {
+    let node = Node::echo().await;
+    let keep = pool("keep", "127.0.0.1:0", &[("n", node.addr)]);
+    let proxy = Proxy::start(&format!(
+        "pools:\n{keep}{}",
+        pool("gone", "127.0.0.1:0", &[("n", node.addr)])
+    ));
+    let (keep_addr, gone_addr) = (proxy.addr("keep"), proxy.addr("gone"));
+    let mut on_gone = TcpStream::connect(gone_addr).await.unwrap();
+    echo_ok(&mut on_gone).await;
+    let keep = pool("keep", &keep_addr.to_string(), &[("n", node.addr)]);
+    assert_eq!(
+        proxy.reload(&format!("pools:\n{keep}"))["message"],
+        "reloaded"
+    );
+    let mut b = [0u8; 1];
+    let n = within("removed pool's client closed", T, on_gone.read(&mut b)).await;
+    assert!(matches!(n, Ok(0) | Err(_)));
+    let closed = proxy.wait_event(|e| e["message"] == "closed" && e["pool"] == "gone", T);
+    assert_eq!(closed["reason"], "pool_removed");
+    wait_until("port closed", T, || {
+        std::net::TcpStream::connect(gone_addr).is_err()
+    })
+    .await;
+    let mut c = TcpStream::connect(keep_addr).await.unwrap();
+    echo_ok(&mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_file_is_rejected_and_the_old_config_keeps_running() {
+    let node = Node::echo().await;
+    let proxy = Proxy::start(&format!(
+        "pools:\n{}",
+        pool("p", "127.0.0.1:0", &[("n", node.addr)])
+    ));
+    let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    echo_ok(&mut c).await;
+    let outcome = proxy.reload("pools:\n  - name: p\n    listen: nowhere\n    backends: []\n");
+    assert_eq!(outcome["message"], "reload_failed");
+    let err = outcome["err"].as_str().unwrap();
+    assert!(err.contains("pools[0]"), "error names the YAML path: {err}");
+    echo_ok(&mut c).await;
+    let mut fresh = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    echo_ok(&mut fresh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_and_strikes_survive_a_reload() {
+    let (a, b) = (Node::echo().await, Node::echo().await);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    let write = |backends: &[(&str, SocketAddr)]| {
+        std::fs::write(
+            &path,
+            format!("pools:\n{}", pool("p", "127.0.0.1:0", backends)),
+        )
+        .unwrap()
+    };
+    write(&[("a", a.addr)]);
+    let server = Server::bind_file(Config::load(&path).unwrap(), Some(path.clone())).unwrap();
+    let (control, p) = (server.control(), server.pools()[0].clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    p.quarantine("a", Duration::from_secs(3600)).unwrap();
+    let before = p.status().backends[0].clone();
+    assert_eq!(before.state, "quarantined");
+    write(&[("a", a.addr), ("b", b.addr)]);
+    control.reload().await.unwrap();
+    let after = p.status();
+    assert_eq!(after.backends.len(), 2);
+    assert_eq!(
+        after.backends[0].quarantine, before.quarantine,
+        "same window, same reason"
+    );
+    assert_eq!(after.backends[0].state, "quarantined");
+    assert_eq!(after.backends[0].strikes, before.strikes);
+    // A broken file is refused through the same path, with the reason.
+    std::fs::write(&path, "pools: [").unwrap();
+    let err = control.reload().await.unwrap_err();
+    assert!(err.contains("config.yaml"), "{err}");
+    assert_eq!(p.status().backends.len(), 2, "the old config keeps running");
+    stop.send(()).unwrap();
+    within("server stops", T, running).await.unwrap();
+}
+
+/// Receive notifications on `sock` until one contains `want`.
+fn expect_notify(sock: &UnixDatagram, want: &str, seen: &mut Vec<String>) {
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = sock
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no {want} (saw {seen:?}): {e}"));
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        seen.push(msg.clone());
+        if msg.contains(want) {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_hears_ready_reloading_ready_stopping_and_watchdog_pings() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    let node = Node::echo().await;
+    let yaml = format!("pools:\n{}", pool("p", "127.0.0.1:0", &[("n", node.addr)]));
+    let mut proxy = Proxy::start_with_env(
+        &yaml,
+        &[
+            ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "200000"),
+        ],
+    );
+    let mut seen = Vec::new();
+    expect_notify(&sock, "READY=1", &mut seen);
+    expect_notify(&sock, "WATCHDOG=1", &mut seen);
+    let yaml = format!(
+        "pools:\n{}",
+        pool("p", &proxy.addr("p").to_string(), &[("n", node.addr)])
+    );
+    proxy.reload(&yaml);
+    expect_notify(&sock, "RELOADING=1", &mut seen);
+    let reloading = seen.last().unwrap().clone();
+    assert!(reloading.contains("MONOTONIC_USEC="), "{reloading}");
+    expect_notify(&sock, "READY=1", &mut seen);
+    proxy.signal("TERM");
+    expect_notify(&sock, "STOPPING=1", &mut seen);
+    assert!(proxy.wait_exit(T).unwrap().success());
+}
