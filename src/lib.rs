@@ -30,6 +30,7 @@ pub mod connect;
 pub mod control;
 pub mod demo;
 pub mod health;
+pub mod limits;
 pub mod listener;
 pub mod logging;
 pub mod metrics;

@@ -216,6 +216,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let _log = pin_proxy::logging::init(&config.log)?;
+    let files = pin_proxy::limits::raise_nofile();
+    tracing::info!(
+        before = files.before,
+        limit = files.now,
+        hard = files.hard,
+        "fd_limit"
+    );
     let result = runtime()?.block_on(async {
         let shutdown = shutdown_signal()?;
         let server = pin_proxy::Server::bind_file(config, Some(path))?;

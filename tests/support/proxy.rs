@@ -150,6 +150,11 @@ impl Proxy {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The config file the process reads (and re-reads on SIGHUP).
     pub fn config_path(&self) -> &std::path::Path {
         &self.config
