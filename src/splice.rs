@@ -6,12 +6,14 @@
 //! error (the other peer then gets a reset), on the idle timeout, or when the
 //! connection's [`Closer`] fires.
 //!
-//! Memory: a direction holds a buffer only while bytes are in flight. It waits
-//! for readability without one, allocates a buffer, moves data until the
-//! socket would block, and frees the buffer again, so an idle connection
-//! costs no buffer at all. Backpressure is the kernel's: nothing is read
-//! until the previous chunk has been written.
+//! Memory: a connection owns no buffer while its peers keep up. Each step
+//! reads into a per-worker scratch buffer and writes it on at once, without
+//! awaiting; only when the receiver is slow is the unwritten rest (at most one
+//! 32 KiB chunk per direction) copied out and held until it can be written.
+//! An idle connection holds no data buffer at all. Backpressure is the
+//! kernel's: nothing more is read until the previous chunk has been written.
 
+use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
@@ -119,6 +121,57 @@ pub async fn splice(
     }
 }
 
+/// One non-blocking read-and-forward step.
+enum Step {
+    /// `n` bytes read and written in full.
+    Moved(usize),
+    /// `n` bytes read but only partly written: the rest waits for writability.
+    Partial(usize, Vec<u8>),
+    /// Nothing to read right now.
+    Drained,
+    /// The reader sent FIN.
+    Eof,
+}
+
+/// Read-and-forward steps per readiness wake-up before going back to the
+/// scheduler, so one busy connection cannot starve the others.
+const STEPS_PER_WAKE: usize = 16;
+
+thread_local! {
+    /// Per-worker scratch buffer: a step reads into it and writes from it
+    /// without awaiting, so no connection owns a buffer unless the other
+    /// side is slow (then only the unwritten rest is copied out).
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
+}
+
+/// Read once from `from` and write what came straight to `to`.
+fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, (bool, io::Error)> {
+    SCRATCH.with_borrow_mut(|buf| {
+        let n = loop {
+            match from.try_read(buf) {
+                Ok(0) => return Ok(Step::Eof),
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Drained),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err((true, e)),
+            }
+        };
+        let mut done = 0;
+        while done < n {
+            match to.try_write(&buf[done..n]) {
+                Ok(0) => return Err((false, io::ErrorKind::WriteZero.into())),
+                Ok(k) => done += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(Step::Partial(n, buf[done..n].to_vec()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err((false, e)),
+            }
+        }
+        Ok(Step::Moved(n))
+    })
+}
+
 /// Move bytes `from` → `to` until EOF (then half-close `to`) or an error,
 /// which comes back tagged with the side whose socket failed.
 async fn pump(
@@ -131,13 +184,18 @@ async fn pump(
         Side::Client => Side::Backend,
         Side::Backend => Side::Client,
     };
+    let tag = |(reading, e): (bool, io::Error)| (if reading { from_side } else { to_side }, e);
     loop {
         from.readable().await.map_err(|e| (from_side, e))?;
-        // Allocated only now that bytes are waiting; freed when they stop.
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            let n = match from.try_read(&mut buf) {
-                Ok(0) => {
+        for _ in 0..STEPS_PER_WAKE {
+            match step(from, to).map_err(tag)? {
+                Step::Moved(n) => shared.moved(to_side, n),
+                Step::Partial(n, rest) => {
+                    write_all(to, &rest).await.map_err(|e| (to_side, e))?;
+                    shared.moved(to_side, n);
+                }
+                Step::Drained => break,
+                Step::Eof => {
                     // The first EOF decides whose close it was; later ones lose the race.
                     let _ = shared.first_eof.compare_exchange(
                         0,
@@ -147,13 +205,7 @@ async fn pump(
                     );
                     return sockopt::shutdown_write(to).map_err(|e| (to_side, e));
                 }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err((from_side, e)),
-            };
-            write_all(to, &buf[..n]).await.map_err(|e| (to_side, e))?;
-            shared.moved(to_side, n);
+            }
         }
     }
 }
