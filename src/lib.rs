@@ -21,6 +21,8 @@
 //! - [`simnode`]: a simulated P2P node for the demo and tests.
 
 #![warn(missing_docs)]
+// No panic reachable from the network or the config: no unwrap/expect outside tests.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
 pub mod apply;

@@ -1,6 +1,8 @@
 //! The `pin-proxy` command line: parse, load config, set up logs and
 //! signals, run.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
