@@ -98,7 +98,7 @@ impl Pool {
         if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
             info!(
                 pool = %self.name, backend = %b.config.name, outcome,
-                height = report.height, detail = %report.detail, "probe"
+                height = report.height, detail = report.detail.as_str(), "probe"
             );
         }
         b.last_probe = Some(ProbeRecord {

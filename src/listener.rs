@@ -64,7 +64,7 @@ pub async fn accept_loop(
                 let pause = backoff.map_or(BACKOFF_MIN, |b| (b * 2).min(BACKOFF_MAX));
                 if backoff.is_none() {
                     // Once per episode; `accept_recovered` closes it with a count.
-                    warn!(pool = %pool.name, listen = ?local, err = %e, "accept_failed");
+                    warn!(pool = %pool.name, listen = ?local, err = e.to_string().as_str(), "accept_failed");
                 }
                 backoff = Some(pause);
                 tokio::select! {

@@ -82,7 +82,7 @@ pub async fn tick(pool: &Pool) {
         // The test connection only proves the node answers; it carries nothing.
         Ok(stream) => drop(stream),
         Err(err) => {
-            debug!(pool = %pool.name, to = %to_addr, err = %err, "rebalance_skipped");
+            debug!(pool = %pool.name, to = %to_addr, err = err.to_string().as_str(), "rebalance_skipped");
             return;
         }
     }

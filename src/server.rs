@@ -185,7 +185,7 @@ impl Server {
         let result = self.try_reload(prober);
         match &result {
             Ok(()) => info!(pools = self.pools.len(), "reloaded"),
-            Err(err) => error!(err = %err, "reload_failed"),
+            Err(err) => error!(err = err.as_str(), "reload_failed"),
         }
         notify::ready();
         result

@@ -102,6 +102,6 @@ async fn connect_some(
 fn log_failure(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr, err: &ConnectError) {
     warn!(
         pool = %pool.name, backend = %target.name, conn, client = %peer,
-        reason = err.kind(), err = %err, "connect_failed"
+        reason = err.kind(), err = err.to_string().as_str(), "connect_failed"
     );
 }

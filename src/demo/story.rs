@@ -229,7 +229,10 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
     }
     s.wait("clients spread 2/2/2", View::balanced).await?;
 
-    s.announce("stop node-b", "node-b dies: its clients fail over");
+    s.announce(
+        "stop node-b",
+        "node-b dies: its clients fail over, probes keep it out",
+    );
     s.node("node-b")?.sim.stop().await;
     s.wait("node-b's clients reconnected elsewhere", |v| {
         v.all_placed() && v.on("node-b") == 0
