@@ -292,7 +292,7 @@ impl BackendHealth {
         self.epoch += 1;
         self.good_probes = 0;
         self.quarantine = Some(Quarantine {
-            until: now + window,
+            until: later(now, window),
             reason: Reason::Manual,
         });
     }
@@ -315,11 +315,19 @@ impl BackendHealth {
         self.good_probes = 0;
         let window = policy.window(self.strikes);
         self.quarantine = Some(Quarantine {
-            until: now + window,
+            until: later(now, window),
             reason,
         });
         Effect::Quarantined { reason, window }
     }
+}
+
+/// `now + window`, saturating at a century instead of overflowing.
+fn later(now: Instant, window: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    now.checked_add(window.min(CENTURY))
+        .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+        .unwrap_or(now)
 }
 
 #[cfg(test)]

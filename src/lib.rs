@@ -16,6 +16,10 @@
 //! - [`rebalance`]: the rebalance tick.
 //! - [`connect`], [`splice`], [`sockopt`]: the socket work.
 //! - [`status`]: point-in-time views of the pools (`/status`).
+//! - [`metrics`]: Prometheus text for `/metrics`.
+//! - [`client`]: the `status`, `quarantine` and `release` commands.
+//! - [`demo`]: `pin-proxy demo`.
+//! - [`limits`]: the open-file limit at start-up.
 //! - [`logging`]: tracing setup (JSON or text, stdout or daily file).
 //! - [`probe`]: health probes, one kind per file.
 //! - [`simnode`]: a simulated P2P node for the demo and tests.

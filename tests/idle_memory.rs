@@ -1,6 +1,7 @@
 //! A connection that goes idle after moving data gives its buffers back:
-//! live heap bytes, counted by a global allocator wrapper, return to where
-//! they were before the data moved.
+//! the live heap bytes (counted by a global allocator wrapper) that 100 idle
+//! connections hold after each moved 256 KiB both ways stay far below one
+//! data buffer per connection.
 
 mod support;
 
@@ -10,8 +11,9 @@ use std::time::Duration;
 
 use pin_proxy::Server;
 use pin_proxy::config::Config;
-use support::nodes::Node;
+use std::io::{Read, Write};
 use support::{pattern, wait_until, within};
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -54,20 +56,26 @@ const T: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_hold_no_buffers_after_moving_data() {
-    // An echo whose buffer lives in its task (allocated at accept), unlike
-    // `tokio::io::copy`, which allocates on first use and would be counted.
-    let node = Node::start(|mut s: TcpStream| async move {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = s.read(&mut buf).await {
-            if n == 0 || s.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
+    // A thread-per-connection echo: its buffers live on thread stacks, which
+    // the allocator does not see, so the count is the proxy's (and the
+    // clients' sockets).
+    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let node_addr = echo.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in echo.incoming().take(CONNS + 8) {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
         }
-    })
-    .await;
+    });
     let yaml = format!(
-        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    health: {{ interval: 1h }}\n    backends: [\"{}\"]\n",
-        node.addr
+        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    health: {{ interval: 1h }}\n    backends: [\"{node_addr}\"]\n"
     );
     let config = Config::parse(&yaml, "inline.yaml".as_ref()).unwrap();
     let server = Server::bind(config).unwrap();
@@ -77,20 +85,19 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
     let running = tokio::spawn(server.run(async {
         let _ = stopped.await;
     }));
+    let data = pattern(7, PER_CONN);
+    let mut back = vec![0u8; PER_CONN];
+    wait_until("start-up probe", T, || {
+        pool.status().backends[0].last_probe.is_some()
+    })
+    .await;
+    let before = LIVE.load(Ordering::Relaxed);
     let mut clients = Vec::new();
     for _ in 0..CONNS {
         clients.push(TcpStream::connect(addr).await.unwrap());
     }
-    wait_until("all spliced", T, || {
-        pool.status().backends[0].connections == CONNS
-    })
-    .await;
-    let data = pattern(7, PER_CONN);
-    // Every task, socket and registry entry exists now; data has not moved.
-    let before = LIVE.load(Ordering::Relaxed);
     for c in &mut clients {
         let (mut r, mut w) = c.split();
-        let mut back = vec![0u8; PER_CONN];
         let (sent, got) = within("echo", T, async {
             tokio::join!(w.write_all(&data), r.read_exact(&mut back))
         })
@@ -103,11 +110,12 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
     assert_eq!(moved, (CONNS * PER_CONN) as u64);
     let after = LIVE.load(Ordering::Relaxed);
     let per_conn = (after - before) / CONNS as isize;
-    eprintln!("live heap: before {before} B, after {after} B, {per_conn} B per idle connection");
-    // Holding even one 32 KiB chunk per connection would show here as ≥ 32768.
+    eprintln!("live heap: {per_conn} B per idle connection ({before} B before, {after} B after)");
+    // Everything a live connection costs is in this figure (tasks, sockets,
+    // registry entry); holding even one 32 KiB chunk would push it past 32768.
     assert!(
-        per_conn < 4096,
-        "idle connections kept {per_conn} bytes each after moving data"
+        per_conn < 16 * 1024,
+        "idle connections hold {per_conn} bytes each after moving data"
     );
     stop.send(()).unwrap();
     within("server stops", T, running).await.unwrap();

@@ -23,9 +23,10 @@ pub const MAX_BODY: usize = 64 * 1024;
 const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Budget for answering one request, body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// Longest manual quarantine accepted (a year): far beyond any maintenance,
-/// and keeps the window's end representable.
-const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Longest manual quarantine accepted, in days: far beyond any
+/// maintenance, and keeps the window's end representable.
+const MAX_WINDOW_DAYS: u64 = 365;
+const MAX_WINDOW: Duration = Duration::from_secs(MAX_WINDOW_DAYS * 24 * 3600);
 
 /// What every request handler shares.
 pub struct Ctx {
@@ -240,8 +241,7 @@ fn window(query: &str) -> Result<Duration, Fail> {
     }
     if window > MAX_WINDOW {
         return Err(bad(format!(
-            "duration {value:?} is over the maximum of {}",
-            humantime::format_duration(MAX_WINDOW)
+            "duration {value:?} is over the maximum of {MAX_WINDOW_DAYS} days"
         )));
     }
     Ok(window)

@@ -72,12 +72,26 @@ pub async fn request(admin: SocketAddr, method: &str, path: &str) -> Answer {
 
 /// Send `raw` on `stream` and read the answer until the server closes.
 pub async fn send(mut stream: TcpStream, raw: &str) -> Answer {
-    stream.write_all(raw.as_bytes()).await.expect("send request");
+    stream
+        .write_all(raw.as_bytes())
+        .await
+        .expect("send request");
     let mut buf = Vec::new();
     within("admin answer", T, stream.read_to_end(&mut buf))
         .await
         .expect("read answer");
     parse(&String::from_utf8(buf).expect("answer is UTF-8"))
+}
+
+/// As [`send`], but `None` when the server closed without an answer.
+pub async fn try_send(mut stream: TcpStream, raw: &str) -> Option<Answer> {
+    stream.write_all(raw.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    within("admin answer", T, stream.read_to_end(&mut buf))
+        .await
+        .ok()?;
+    let text = String::from_utf8(buf).ok()?;
+    text.contains("\r\n\r\n").then(|| parse(&text))
 }
 
 fn parse(text: &str) -> Answer {

@@ -1,0 +1,275 @@
+//! The admin endpoint and the commands that use it, against the real binary:
+//! `/status` and `/metrics` with real traffic, maintenance and reload here;
+//! error answers and bounds in `admin/errors.rs`; `pin-proxy
+//! status|quarantine|release` in `admin/cli.rs`.
+
+#[path = "admin/cli.rs"]
+mod cli;
+#[path = "admin/errors.rs"]
+mod errors;
+#[path = "admin/http.rs"]
+mod http;
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use http::{Kind, admin_addr, backend, metrics, request, status};
+use serde_json::Value;
+use support::nodes::Node;
+use support::proxy::Proxy;
+use support::{hash_to_eof, pattern, send_all, within};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const T: Duration = Duration::from_secs(10);
+
+/// Pool `p` with `(name, addr, backup)` backends and an admin endpoint;
+/// `admin_extra` is appended inside the `admin:` map.
+fn config(backends: &[(&str, SocketAddr, bool)], admin_extra: &str) -> String {
+    let list: String = backends
+        .iter()
+        .map(|(n, a, b)| format!("      - {{ name: {n}, addr: \"{a}\", backup: {b} }}\n"))
+        .collect();
+    format!(
+        "admin: {{ listen: 127.0.0.1:0{admin_extra} }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n{list}"
+    )
+}
+
+/// A proxy over two echo nodes `a` and `b` (`b` a backup if `backup`), once
+/// both start-up probes are in.
+async fn two_echo(backup: bool) -> (Proxy, SocketAddr, [Node; 2]) {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let yaml = config(
+        &[("a", nodes[0].addr, false), ("b", nodes[1].addr, backup)],
+        "",
+    );
+    let proxy = Proxy::start(&yaml);
+    proxy.wait_count(|e| e["message"] == "probe", 2, T);
+    let admin = admin_addr(&proxy);
+    (proxy, admin, nodes)
+}
+
+/// `/status` polled until `cond` holds.
+async fn status_until(admin: SocketAddr, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let s = status(admin).await;
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_list_every_backend_at_zero_from_start_up() {
+    let (_proxy, admin, _nodes) = two_echo(true).await;
+    let m = metrics(admin).await;
+    for b in ["a", "b"] {
+        let l = [("pool", "p"), ("backend", b)];
+        for name in [
+            "pin_proxy_connections_total",
+            "pin_proxy_connect_failures_total",
+        ] {
+            assert_eq!(m.value(name, Kind::Counter, &l), 0.0, "{name} {b}");
+        }
+        assert_eq!(
+            m.value("pin_proxy_active_connections", Kind::Gauge, &l),
+            0.0
+        );
+        assert_eq!(m.value("pin_proxy_backend_usable", Kind::Gauge, &l), 1.0);
+        // A connect probe reads no height: the gauge is absent, not 0.
+        assert_eq!(m.get("pin_proxy_backend_height", Kind::Gauge, &l), None);
+        for d in ["up", "down"] {
+            let l = [("pool", "p"), ("backend", b), ("direction", d)];
+            assert_eq!(m.value("pin_proxy_bytes_total", Kind::Counter, &l), 0.0);
+        }
+        for o in ["healthy", "unknown", "unhealthy", "lagging", "down"] {
+            let l = [("pool", "p"), ("backend", b), ("outcome", o)];
+            let want = if o == "healthy" { 1.0 } else { 0.0 };
+            assert_eq!(
+                m.value("pin_proxy_probes_total", Kind::Counter, &l),
+                want,
+                "{o}"
+            );
+        }
+        for r in ["connect_failures", "down", "unhealthy", "lagging", "manual"] {
+            let l = [("pool", "p"), ("backend", b), ("reason", r)];
+            assert_eq!(
+                m.value("pin_proxy_quarantines_total", Kind::Counter, &l),
+                0.0
+            );
+        }
+    }
+    let l = [("pool", "p")];
+    assert_eq!(
+        m.value("pin_proxy_rebalance_moves_total", Kind::Counter, &l),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_count_live_and_closed_connections_and_bytes() {
+    let (proxy, admin, _nodes) = two_echo(true).await;
+    // One connection stays open after 100 kB each way...
+    let (n, m) = (100_000usize, 12_345usize);
+    let mut live = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let data = pattern(1, n);
+    let mut back = vec![0u8; n];
+    let (mut r, mut w) = live.split();
+    let (sent, got) = within("live echo", T, async {
+        tokio::join!(w.write_all(&data), r.read_exact(&mut back))
+    })
+    .await;
+    sent.unwrap();
+    got.unwrap();
+    assert_eq!(back, data);
+    // ...and one closes after 12 kB each way.
+    let mut done = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    send_all(&mut done, &pattern(2, m)).await.unwrap();
+    let (_, echoed) = within("closed echo", T, hash_to_eof(&mut done))
+        .await
+        .unwrap();
+    assert_eq!(echoed, m as u64);
+    drop(done);
+
+    let total = (n + m) as u64;
+    let s = status_until(admin, "bytes and one live connection", |s| {
+        let a = backend(s, "p", "a");
+        a["bytes_up"] == total && a["bytes_down"] == total && a["connections"] == 1
+    })
+    .await;
+    assert_eq!(s["pools"][0]["connections"], 1);
+    let a = backend(&s, "p", "a");
+    assert_eq!(a["state"], "healthy");
+    assert_eq!(a["quarantine"], Value::Null);
+    assert_eq!(a["last_probe"]["outcome"], "healthy");
+    let b = backend(&s, "p", "b");
+    assert_eq!(
+        (b["state"].as_str(), b["backup"].as_bool()),
+        (Some("healthy"), Some(true))
+    );
+    assert_eq!(
+        (b["connections"].as_u64(), b["bytes_up"].as_u64()),
+        (Some(0), Some(0))
+    );
+
+    let mx = metrics(admin).await;
+    let (la, lb) = (
+        [("pool", "p"), ("backend", "a")],
+        [("pool", "p"), ("backend", "b")],
+    );
+    assert_eq!(
+        mx.value("pin_proxy_connections_total", Kind::Counter, &la),
+        2.0
+    );
+    assert_eq!(
+        mx.value("pin_proxy_active_connections", Kind::Gauge, &la),
+        1.0
+    );
+    assert_eq!(
+        mx.value("pin_proxy_connect_failures_total", Kind::Counter, &la),
+        0.0
+    );
+    for d in ["up", "down"] {
+        let l = [("pool", "p"), ("backend", "a"), ("direction", d)];
+        assert_eq!(
+            mx.value("pin_proxy_bytes_total", Kind::Counter, &l),
+            total as f64,
+            "{d}"
+        );
+        let l = [("pool", "p"), ("backend", "b"), ("direction", d)];
+        assert_eq!(
+            mx.value("pin_proxy_bytes_total", Kind::Counter, &l),
+            0.0,
+            "{d}"
+        );
+    }
+    assert_eq!(
+        mx.value("pin_proxy_connections_total", Kind::Counter, &lb),
+        0.0
+    );
+    assert_eq!(mx.value("pin_proxy_backend_usable", Kind::Gauge, &la), 1.0);
+    drop(live);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_ok() {
+    let (_proxy, admin, _nodes) = two_echo(false).await;
+    let answer = request(admin, "GET", "/healthz").await;
+    assert_eq!((answer.status, answer.body.trim()), (200, "ok"));
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_then_release_over_http() {
+    let (_proxy, admin, _nodes) = two_echo(false).await;
+    let before = SystemTime::now();
+    let answer = request(admin, "POST", "/pools/p/backends/a/quarantine?for=10m").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let body = answer.json();
+    assert_eq!(body["pool"], "p");
+    assert_eq!(body["backend"]["name"], "a");
+    assert_eq!(body["backend"]["state"], "quarantined");
+    assert_eq!(body["backend"]["quarantine"]["reason"], "manual");
+
+    let s = status(admin).await;
+    let a = backend(&s, "p", "a");
+    assert_eq!(a["state"], "quarantined");
+    assert_eq!(a["quarantine"]["reason"], "manual");
+    let until = humantime::parse_rfc3339(a["quarantine"]["until"].as_str().unwrap()).unwrap();
+    let window = until.duration_since(before).unwrap();
+    assert!(
+        window.as_secs().abs_diff(600) <= 2,
+        "until {until:?} is not 10m away"
+    );
+    let m = metrics(admin).await;
+    let l = [("pool", "p"), ("backend", "a"), ("reason", "manual")];
+    assert_eq!(
+        m.value("pin_proxy_quarantines_total", Kind::Counter, &l),
+        1.0
+    );
+    let l = [("pool", "p"), ("backend", "a")];
+    assert_eq!(m.value("pin_proxy_backend_usable", Kind::Gauge, &l), 0.0);
+
+    let answer = request(admin, "POST", "/pools/p/backends/a/release").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["released"], true);
+
+    // Releasing a backend that is not quarantined: 200, nothing changes.
+    let b_before = backend(&status(admin).await, "p", "b").clone();
+    let answer = request(admin, "POST", "/pools/p/backends/b/release").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["released"], false);
+    let b_after = backend(&status(admin).await, "p", "b").clone();
+    for key in ["state", "quarantine", "strikes", "connections"] {
+        assert_eq!(b_before[key], b_after[key], "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_with_an_invalid_file_is_422_and_keeps_the_old_config() {
+    let (proxy, admin, nodes) = two_echo(false).await;
+    std::fs::write(proxy.config_path(), "pools: [ { name: BAD } ]\n").unwrap();
+    let answer = request(admin, "POST", "/reload").await;
+    assert_eq!(answer.status, 422, "{}", answer.body);
+    assert!(!answer.error().is_empty());
+    proxy.wait_event(|e| e["message"] == "reload_failed", T);
+    let s = status(admin).await;
+    assert_eq!(s["pools"][0]["backends"].as_array().map(Vec::len), Some(2));
+
+    // A valid file is applied: 200.
+    let yaml = config(&[("a", nodes[0].addr, false)], "");
+    std::fs::write(
+        proxy.config_path(),
+        format!("log: {{ level: debug, format: json }}\n{yaml}"),
+    )
+    .unwrap();
+    let answer = request(admin, "POST", "/reload").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let s = status(admin).await;
+    assert_eq!(s["pools"][0]["backends"].as_array().map(Vec::len), Some(1));
+}
