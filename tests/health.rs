@@ -321,6 +321,22 @@ async fn failed_node_is_left_and_gets_exactly_one_connection_back_on_recovery() 
     assert_live(&proxy, &[("a", 1), ("b", 1)]);
 }
 
+/// The clock pool is itself the case: every tick plans a move to a backend
+/// that does not answer the test connect, so no tick closes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_closes_nothing_when_the_emptier_backend_does_not_answer() {
+    let mut clock = Clock::new("200ms").await;
+    let proxy = Proxy::start(&config(&[clock.pool()]));
+    clock.start(&proxy).await;
+    clock.wait_ticks(&proxy, 5);
+    let moved = |e: &Value| e["message"] == "rebalanced" || e["message"] == "closed";
+    assert!(
+        proxy.events().iter().all(|e| !moved(e)),
+        "a tick closed a connection"
+    );
+    assert_eq!(clock.node.live(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balanced_pool_ticks_connect_to_no_backend() {
     let (a, b) = (sim(100).await, sim(100).await);
@@ -641,6 +657,7 @@ async fn backup_serves_only_while_every_primary_is_down_and_hands_clients_back()
     );
 
     b.stop().await;
+    proxy.wait_event(about("quarantined", "b"), T);
     wait_live(&proxy, &[("a", 0), ("b", 0), ("s", 2)]).await;
 
     a.restart().await.unwrap();

@@ -116,14 +116,21 @@ impl Running {
         .await;
     }
 
-    /// A client through the proxy, once the proxy has placed it.
+    /// Client connections registered on backends now.
+    fn placed(&self) -> usize {
+        self.pool
+            .status()
+            .backends
+            .iter()
+            .map(|b| b.connections)
+            .sum()
+    }
+
+    /// A client through the proxy, once the proxy has placed it on a backend.
     async fn client(&self) -> TcpStream {
-        let before = self.pool.status().connections;
+        let before = self.placed();
         let stream = TcpStream::connect(self.addr()).await.unwrap();
-        wait_until("client placed", T, || {
-            self.pool.status().connections == before + 1
-        })
-        .await;
+        wait_until("client placed", T, || self.placed() > before).await;
         stream
     }
 
@@ -203,6 +210,7 @@ async fn release_ends_the_window_but_waits_for_a_passing_probe() {
     let (a, b) = (sim(100).await, sim(100).await);
     let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
     proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("b", "healthy").await;
     assert_eq!(proxy.pool.release("b"), Ok(false), "b is not quarantined");
     assert_eq!(proxy.state("b"), "healthy");
     assert!(proxy.pool.release("nope").is_err());
@@ -300,4 +308,45 @@ async fn last_leg_is_kept_until_a_peer_is_usable_again() {
     closed(&mut second).await;
     proxy.wait_connections(&[("a", 0)]).await;
     assert_eq!(proxy.state("a"), "quarantined");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_two_pools_is_probed_once_per_interval() {
+    let node = sim(1000).await;
+    let one = yaml(&[&node], "300ms", "200ms");
+    let two = one
+        .replacen("pools:\n", "", 1)
+        .replace("name: p\n", "name: q\n");
+    let config = Config::parse(&format!("{one}{two}"), Path::new("test.yaml")).unwrap();
+    let server = Server::bind(config).unwrap();
+    let pools = server.pools();
+    let (_stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let applied = |p: &Pool| {
+        let backends = p.backends();
+        backends[0]
+            .stats
+            .probes
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    // Both pools receive every result of the one shared probe task.
+    wait_until("five probes applied to each pool", T, || {
+        pools.iter().all(|p| applied(p) >= 5)
+    })
+    .await;
+    let (p, q, connects) = (
+        applied(&pools[0]),
+        applied(&pools[1]),
+        node.accepted() as u64,
+    );
+    assert!(p.abs_diff(q) <= 1, "pools saw {p} and {q} results");
+    assert!(
+        connects <= p.max(q) + 1,
+        "{connects} probe connections for {p} results per pool: probed once per pool, not once per interval"
+    );
+    task.abort();
 }
