@@ -194,7 +194,7 @@ impl Pool {
         }
         for b in backends.iter().filter(|b| !b.health.is_usable()) {
             let mut closed = 0u64;
-            for entry in b.conns.values().filter(|e| !e.closer.is_closing()) {
+            for entry in b.conns.values().filter(|e| e.closer.is_movable()) {
                 entry.closer.close("drained");
                 closed += 1;
             }

@@ -45,9 +45,25 @@ impl ConnectError {
             {
                 "refused"
             }
+            ConnectError::Connect { .. } if self.is_local() => "local_resources",
             ConnectError::Connect { .. } => "error",
             ConnectError::Timeout { .. } => "timeout",
         }
+    }
+}
+
+impl ConnectError {
+    /// This process ran out of descriptors or memory: says nothing about
+    /// the backend.
+    pub fn is_local(&self) -> bool {
+        use rustix::io::Errno;
+        let ConnectError::Connect { source, .. } = self else {
+            return false;
+        };
+        let local = [Errno::MFILE, Errno::NFILE, Errno::NOBUFS, Errno::NOMEM];
+        source
+            .raw_os_error()
+            .is_some_and(|code| local.iter().any(|e| e.raw_os_error() == code))
     }
 }
 

@@ -33,3 +33,17 @@ pub fn raise_nofile() -> FileLimit {
         hard: now.maximum,
     }
 }
+
+/// How many client connections the process can hold at once with its
+/// current open-file limit: two descriptors each, after a reserve for
+/// listeners, probes, the admin endpoint and logs. Accepting stops at this
+/// number (clients wait in the backlog) instead of running out of
+/// descriptors mid-connection.
+pub fn connection_budget() -> usize {
+    let limit = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let reserve = (limit / 4).clamp(16, 256);
+    let budget = limit.saturating_sub(reserve) / 2;
+    usize::try_from(budget)
+        .unwrap_or(usize::MAX)
+        .clamp(1, 1 << 24)
+}

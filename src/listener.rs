@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -28,6 +29,8 @@ pub struct Shared {
     pub conn_ids: Arc<AtomicU64>,
     /// Every spawned session, so shutdown can wait for them.
     pub tracker: TaskTracker,
+    /// Client connections the descriptor limit allows, across all pools.
+    pub slots: Arc<Semaphore>,
 }
 
 /// Accept clients for `pool` on `listener` until `token` is cancelled (the
@@ -42,6 +45,15 @@ pub async fn accept_loop(
     let mut backoff: Option<Duration> = None;
     let mut failures: u64 = 0;
     loop {
+        // Out of descriptor budget: leave clients in the backlog until one
+        // leaves, rather than accept and fail them.
+        let slot = tokio::select! {
+            () = token.cancelled() => return,
+            s = shared.slots.clone().acquire_owned() => match s {
+                Ok(slot) => slot,
+                Err(_closed) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = token.cancelled() => return,
             r = listener.accept() => r,
@@ -53,7 +65,7 @@ pub async fn accept_loop(
                     failures = 0;
                 }
                 backoff = None;
-                admit(stream, peer, &pool, &shared);
+                admit(stream, peer, &pool, &shared, slot);
             }
             // The client gave up before we got to it: nothing to do.
             Err(e) if is_per_connection(&e) => {
@@ -76,7 +88,13 @@ pub async fn accept_loop(
     }
 }
 
-fn admit(stream: TcpStream, peer: SocketAddr, pool: &Arc<Pool>, shared: &Shared) {
+fn admit(
+    stream: TcpStream,
+    peer: SocketAddr,
+    pool: &Arc<Pool>,
+    shared: &Shared,
+    slot: OwnedSemaphorePermit,
+) {
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
     if !allowed(&config.allow, peer) {
@@ -88,9 +106,11 @@ fn admit(stream: TcpStream, peer: SocketAddr, pool: &Arc<Pool>, shared: &Shared)
         return;
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");
-    shared
-        .tracker
-        .spawn(session::serve(pool.clone(), stream, peer, conn, admission));
+    let session = session::serve(pool.clone(), stream, peer, conn, admission);
+    shared.tracker.spawn(async move {
+        session.await;
+        drop(slot);
+    });
 }
 
 /// An empty allow-list admits everyone; IPv4-mapped IPv6 clients are matched

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -31,7 +32,15 @@ struct Target {
     timeout: Duration,
 }
 
-type Subscribers = Arc<Mutex<Vec<(Weak<Pool>, BackendId)>>>;
+/// The backends one probe task serves, and a bell that makes it probe at
+/// once (a backend joined and has not been probed yet).
+#[derive(Default)]
+struct Subs {
+    list: Mutex<Vec<(Weak<Pool>, BackendId)>>,
+    now: Notify,
+}
+
+type Subscribers = Arc<Subs>;
 
 /// Owns the probe tasks.
 #[derive(Clone)]
@@ -84,7 +93,7 @@ impl Prober {
     pub fn rewatch(&self, pool: &Arc<Pool>) {
         let weak = Arc::downgrade(pool);
         for subs in lock(&self.targets).values() {
-            lock(subs).retain(|(p, _)| !p.ptr_eq(&weak));
+            lock(&subs.list).retain(|(p, _)| !p.ptr_eq(&weak));
         }
         self.watch(pool);
     }
@@ -106,10 +115,13 @@ impl Prober {
         };
         let mut targets = lock(&self.targets);
         if let Some(subs) = targets.get(&target) {
-            lock(subs).push((Arc::downgrade(pool), id));
+            lock(&subs.list).push((Arc::downgrade(pool), id));
+            // Its first probe runs now, not an interval later.
+            subs.now.notify_one();
             return;
         }
-        let subs: Subscribers = Arc::new(Mutex::new(vec![(Arc::downgrade(pool), id)]));
+        let subs: Subscribers = Arc::default();
+        lock(&subs.list).push((Arc::downgrade(pool), id));
         targets.insert(target.clone(), subs.clone());
         let this = self.clone();
         self.tracker
@@ -132,6 +144,7 @@ impl Prober {
             tokio::select! {
                 () = self.token.cancelled() => return,
                 () = tokio::time::sleep(target.interval) => {}
+                () = subs.now.notified() => {}
             }
         }
     }
@@ -144,7 +157,7 @@ impl Prober {
         subs: &Subscribers,
     ) -> Option<Vec<(Arc<Pool>, BackendId, u64)>> {
         let mut targets = lock(&self.targets);
-        let mut list = lock(subs);
+        let mut list = lock(&subs.list);
         list.retain(|(pool, id)| {
             pool.upgrade()
                 .is_some_and(|p| !p.token.is_cancelled() && p.epoch_of(*id).is_some())

@@ -93,7 +93,7 @@ pub async fn tick(pool: &Pool) {
     ) else {
         return;
     };
-    let newest = src.conns.iter().rev().find(|(_, e)| !e.closer.is_closing());
+    let newest = src.conns.iter().rev().find(|(_, e)| e.closer.is_movable());
     if let Some((conn, entry)) = newest {
         entry.closer.close("rebalanced");
         pool.rebalance_moves.fetch_add(1, Ordering::Relaxed);

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
@@ -35,6 +35,7 @@ pub type BackendId = u64;
 pub struct Closer {
     token: CancellationToken,
     reason: OnceLock<&'static str>,
+    spliced: AtomicBool,
 }
 
 impl Closer {
@@ -43,7 +44,21 @@ impl Closer {
         Closer {
             token: parent.child_token(),
             reason: OnceLock::new(),
+            spliced: AtomicBool::new(false),
         }
+    }
+
+    /// The backend leg is up and bytes flow: from now on drain and
+    /// rebalance may close it. A client still connecting is left alone (it
+    /// fails over by itself if its backend went bad).
+    pub fn set_spliced(&self) {
+        self.spliced.store(true, Ordering::Release);
+    }
+
+    /// True once spliced and not yet asked to close: what drain and
+    /// rebalance may act on.
+    pub fn is_movable(&self) -> bool {
+        self.spliced.load(Ordering::Acquire) && !self.is_closing()
     }
 
     /// Ask the connection to close; the first reason given wins.
@@ -165,6 +180,8 @@ pub struct Target {
     pub addr: String,
     /// Counters to update.
     pub stats: Arc<BackendStats>,
+    /// It was usable when chosen (false: a fail-open attempt).
+    pub usable: bool,
 }
 
 /// A pool and its mutable state.
@@ -261,6 +278,14 @@ impl Pool {
         self.config.store(Arc::new(config));
     }
 
+    /// Whether a client that chose `backend` while it was usable should
+    /// still go there: it is usable, or nothing else is.
+    pub fn still_wanted(&self, backend: BackendId) -> bool {
+        let backends = self.backends();
+        let usable = |b: &Backend| b.health.is_usable();
+        backends.iter().any(|b| b.id == backend && usable(b)) || !backends.iter().any(usable)
+    }
+
     /// Close every connection of the pool with `reason`.
     pub fn close_all(&self, reason: &'static str) {
         for b in self.backends().iter() {
@@ -312,6 +337,7 @@ impl Pool {
             name: chosen.config.name.clone(),
             addr: chosen.config.addr.clone(),
             stats: chosen.stats.clone(),
+            usable: chosen.health.is_usable(),
         };
         let lease = Lease {
             pool: self.clone(),

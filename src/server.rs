@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -21,7 +21,7 @@ use crate::config::{Config, IpNet, PoolConfig};
 use crate::control::{Control, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
-use crate::{admin, listener, notify, rebalance, sockopt};
+use crate::{admin, limits, listener, notify, rebalance, sockopt};
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -97,6 +97,8 @@ impl Server {
             }
             None => None,
         };
+        let budget = limits::connection_budget();
+        info!(connections = budget, "connection_budget");
         let (reload_tx, reloads) = mpsc::channel(4);
         let control = Control::new(pools.iter().map(|p| p.pool.clone()).collect(), reload_tx);
         let tracker = TaskTracker::new();
@@ -108,6 +110,7 @@ impl Server {
             shared: listener::Shared {
                 conn_ids: Arc::new(AtomicU64::new(1)),
                 tracker: tracker.clone(),
+                slots: Arc::new(Semaphore::new(budget)),
             },
             root,
             tracker,

@@ -32,17 +32,20 @@ pub async fn serve(
         client: peer,
         closer: closer.clone(),
     };
-    let Some((lease, target, backend)) =
-        connect_some(&pool, conn, peer, &entry, config.connect_timeout).await
-    else {
-        info!(
-            pool = %pool.name, conn, client = %peer,
-            bytes_up = 0u64, bytes_down = 0u64,
-            duration_ms = started.elapsed().as_millis() as u64,
-            reason = "no_backend", "closed"
-        );
-        return;
-    };
+    let (lease, target, backend) =
+        match connect_some(&pool, conn, peer, &entry, config.connect_timeout).await {
+            Ok(leg) => leg,
+            Err(reason) => {
+                info!(
+                    pool = %pool.name, conn, client = %peer,
+                    bytes_up = 0u64, bytes_down = 0u64,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    reason, "closed"
+                );
+                return;
+            }
+        };
+    closer.set_spliced();
     if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
         debug!(pool = %pool.name, conn, backend = %target.name, %err, "socket options on backend failed");
     }
@@ -66,29 +69,42 @@ pub async fn serve(
 }
 
 /// Try candidates in selection order until one connects. Each backend is
-/// tried at most once for this client; `None` once every one failed or the
-/// connection was closed from outside meanwhile.
+/// tried at most once for this client. Fails, with the `closed` reason,
+/// once every one failed (`no_backend`), when this process is out of
+/// descriptors or memory (`local_resources`: not the backend's fault, not
+/// counted against it), or when the connection was closed meanwhile.
 async fn connect_some(
     pool: &Arc<Pool>,
     conn: ConnId,
     peer: SocketAddr,
     entry: &ConnEntry,
     timeout: Duration,
-) -> Option<(Lease, Target, TcpStream)> {
+) -> Result<(Lease, Target, TcpStream), &'static str> {
     let mut tried: Vec<BackendId> = Vec::new();
     loop {
-        let (lease, target) = pool.reserve(conn, entry.clone(), &tried)?;
+        let (lease, target) = pool
+            .reserve(conn, entry.clone(), &tried)
+            .ok_or("no_backend")?;
         tried.push(target.id);
         let attempt = Instant::now();
         let result = tokio::select! {
             r = connect::connect(&target.addr, timeout) => r,
-            () = entry.closer.closed() => return None,
+            () = entry.closer.closed() => return Err(entry.closer.reason()),
         };
         match result {
+            // The backend went bad while we connected and a good one exists:
+            // go there instead of landing on a node about to be drained.
+            Ok(_) if target.usable && !pool.still_wanted(target.id) => {
+                debug!(pool = %pool.name, backend = %target.name, conn, "connect_superseded");
+            }
             Ok(stream) => {
                 pool.record_connect(target.id, attempt, true);
                 debug!(pool = %pool.name, backend = %target.name, conn, client = %peer, "connected");
-                return Some((lease, target, stream));
+                return Ok((lease, target, stream));
+            }
+            Err(err) if err.is_local() => {
+                log_failure(pool, &target, conn, peer, &err);
+                return Err("local_resources");
             }
             Err(err) => {
                 drop(lease);
