@@ -60,7 +60,14 @@ impl ConnectError {
         let ConnectError::Connect { source, .. } = self else {
             return false;
         };
-        let local = [Errno::MFILE, Errno::NFILE, Errno::NOBUFS, Errno::NOMEM];
+        // ADDRNOTAVAIL: out of ephemeral ports, another local resource.
+        let local = [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOBUFS,
+            Errno::NOMEM,
+            Errno::ADDRNOTAVAIL,
+        ];
         source
             .raw_os_error()
             .is_some_and(|code| local.iter().any(|e| e.raw_os_error() == code))

@@ -106,11 +106,14 @@ fn admit(
         return;
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");
-    let session = session::serve(pool.clone(), stream, peer, conn, admission);
-    shared.tracker.spawn(async move {
-        session.await;
-        drop(slot);
-    });
+    // Spawned directly (no wrapping future: it would double the task's size).
+    shared.tracker.spawn(session::serve(
+        pool.clone(),
+        stream,
+        peer,
+        conn,
+        (admission, slot),
+    ));
 }
 
 /// An empty allow-list admits everyone; IPv4-mapped IPv6 clients are matched

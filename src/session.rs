@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -19,7 +20,9 @@ pub async fn serve(
     client: TcpStream,
     peer: SocketAddr,
     conn: ConnId,
-    admission: Admission,
+    // Held for the connection's life: its place under `max_connections` and
+    // in the process's descriptor budget.
+    admission: (Admission, OwnedSemaphorePermit),
 ) {
     let started = Instant::now();
     let config = pool.config();

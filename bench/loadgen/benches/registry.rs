@@ -1,0 +1,142 @@
+//! Micro-benchmark: does choosing a backend and the rebalance tick cost
+//! O(backends), whatever the number of registered connections?
+//!
+//! For each (backends, registered connections) it times, in ns per call:
+//! - `Pool::reserve` + dropping its lease (the accept path: lock, build the
+//!   candidates, `select::pick`, register; then unregister);
+//! - `select::pick` alone (pure, over the candidates);
+//! - `rebalance::tick` on a balanced pool (plans from the live registry and
+//!   returns without connecting, as every tick of a balanced pool does);
+//! - `rebalance::plan` alone (pure, over the loads).
+//!
+//! Run: `cargo bench --manifest-path bench/loadgen/Cargo.toml --bench registry`
+//! (add `-- --quick` for shorter timings).
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pin_proxy::config::{Config, PoolConfig};
+use pin_proxy::rebalance::{self, Load};
+use pin_proxy::registry::{Closer, ConnEntry, Lease, Pool};
+use pin_proxy::select::{self, Candidate};
+use tokio_util::sync::CancellationToken;
+
+/// (backends, registered connections) to measure.
+const CASES: [(usize, usize); 7] = [
+    (4, 10),
+    (4, 1_000),
+    (4, 100_000),
+    (2, 100_000),
+    (16, 100_000),
+    (64, 10),
+    (64, 100_000),
+];
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let budget = Duration::from_millis(if quick { 50 } else { 300 });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    println!(
+        "| backends | registered conns | reserve + release, ns | select::pick, ns | rebalance::tick (balanced), ns | rebalance::plan, ns |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    // Warm caches and the allocator first; the first case reads high otherwise.
+    measure(&rt, 4, 10, budget);
+    for (backends, conns) in CASES {
+        let [reserve, pick, tick, plan] = measure(&rt, backends, conns, budget);
+        println!("| {backends} | {conns} | {reserve:.0} | {pick:.0} | {tick:.0} | {plan:.0} |");
+    }
+}
+
+/// ns per call of reserve + release, pick, tick and plan with `conns`
+/// connections registered on `backends` backends.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    backends: usize,
+    conns: usize,
+    budget: Duration,
+) -> [f64; 4] {
+    let token = CancellationToken::new();
+    let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
+    let entry = ConnEntry {
+        started: tokio::time::Instant::now(),
+        client: SocketAddr::from(([127, 0, 0, 1], 40000)),
+        closer: Arc::new(Closer::child_of(&token)),
+    };
+    // Least-used selection spreads them evenly: the pool is balanced.
+    let held: Vec<Lease> = (0..conns as u64)
+        .map(|id| pool.reserve(id, entry.clone(), &[]).expect("a backend").0)
+        .collect();
+    let mut next_id = conns as u64;
+    let reserve = time_per_op(budget, || {
+        let lease = pool.reserve(next_id, entry.clone(), &[]);
+        next_id += 1;
+        drop(black_box(lease));
+    });
+    let cands = candidates(backends, conns);
+    let pick = time_per_op(budget, || {
+        black_box(select::pick(black_box(&cands)));
+    });
+    let tick = time_per_op(budget, || {
+        rt.block_on(rebalance::tick(&pool));
+    });
+    let loads = loads(backends, conns);
+    let plan = time_per_op(budget, || {
+        black_box(rebalance::plan(black_box(&loads), 2));
+    });
+    drop(held);
+    [reserve, pick, tick, plan]
+}
+
+/// Call `op` in growing batches until `budget` is spent; ns per call.
+fn time_per_op(budget: Duration, mut op: impl FnMut()) -> f64 {
+    let (mut calls, mut batch) = (0u64, 1u64);
+    let start = Instant::now();
+    while start.elapsed() < budget {
+        for _ in 0..batch {
+            op();
+        }
+        calls += batch;
+        batch = (batch * 2).min(1 << 20);
+    }
+    start.elapsed().as_nanos() as f64 / calls as f64
+}
+
+fn pool_config(backends: usize) -> PoolConfig {
+    let mut yaml = String::from(
+        "pools:\n  - name: bench\n    listen: 127.0.0.1:1\n    max_connections: 1000000\n    backends:\n",
+    );
+    for i in 0..backends {
+        yaml.push_str(&format!("      - 127.0.0.1:{}\n", 20000 + i));
+    }
+    let config = Config::parse(&yaml, Path::new("bench.yaml")).expect("bench config is valid");
+    config.pools.into_iter().next().expect("one pool")
+}
+
+fn candidates(backends: usize, conns: usize) -> Vec<Candidate> {
+    (0..backends)
+        .map(|_| Candidate {
+            usable: true,
+            backup: false,
+            live: conns / backends,
+            last_failure: None,
+            tried: false,
+        })
+        .collect()
+}
+
+fn loads(backends: usize, conns: usize) -> Vec<Load> {
+    (0..backends)
+        .map(|_| Load {
+            usable: true,
+            backup: false,
+            live: conns / backends,
+        })
+        .collect()
+}

@@ -1,0 +1,133 @@
+//! Connection churn: `concurrency` loops, each connecting, sending one
+//! request, reading its echo and then the backend's close (the echo server
+//! runs with `--close-first`); reports connections/s and the proxy's CPU
+//! per connection.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+
+use crate::window::{self, Window};
+
+/// One connection may take at most this long end to end.
+const CONN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// After a failed connection, pause this long so errors cannot spin.
+const ERROR_PAUSE: Duration = Duration::from_millis(1);
+
+/// One churn run.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Where to connect.
+    pub target: SocketAddr,
+    /// Connections in flight at once.
+    pub concurrency: usize,
+    /// Request size in bytes.
+    pub size: usize,
+    /// Unrecorded warm-up.
+    pub warmup: Duration,
+    /// Measured time.
+    pub duration: Duration,
+    /// Upper bound on connections per loop, whatever the duration.
+    pub max_conns: u64,
+    /// The proxy to meter.
+    pub pid: Option<u32>,
+}
+
+struct LoopResult {
+    hist: Histogram<u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+/// Run it and return the result as JSON.
+///
+/// # Errors
+/// When the proxy cannot be read; failed connections are counted instead.
+pub async fn run(p: Params) -> anyhow::Result<Value> {
+    let win = Window::new(p.warmup, p.duration);
+    let tasks: Vec<_> = (0..p.concurrency)
+        .map(|_| tokio::spawn(churn_loop(p.target, p.size, win, p.max_conns)))
+        .collect();
+    let cpu = win.meter(p.pid).await?;
+    let mut hist = window::histogram();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for t in tasks {
+        let r = t.await.context("churn task")?;
+        hist.add(&r.hist).context("merge histograms")?;
+        for (k, n) in r.errors {
+            *errors.entry(k).or_default() += n;
+        }
+    }
+    let conns = hist.len();
+    let mut out = json!({
+        "test": "churn", "target": p.target.to_string(), "concurrency": p.concurrency,
+        "secs": win.secs(), "conns": conns,
+        "conn_per_s": (conns as f64 / win.secs()).round(),
+        "errors": errors.values().sum::<u64>(), "error_kinds": errors,
+    });
+    window::merge(&mut out, window::percentiles(&hist));
+    if let Some(cpu) = cpu {
+        window::merge(
+            &mut out,
+            json!({ "proxy_cpu_s": cpu, "cpu_us_per_conn": window::per(cpu * 1e6, conns) }),
+        );
+    }
+    Ok(out)
+}
+
+async fn churn_loop(target: SocketAddr, size: usize, win: Window, max: u64) -> LoopResult {
+    let mut r = LoopResult {
+        hist: window::histogram(),
+        errors: BTreeMap::new(),
+    };
+    let req: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    for _ in 0..max {
+        let t0 = Instant::now();
+        if t0 >= win.end {
+            break;
+        }
+        match timeout(CONN_TIMEOUT, one(target, &req)).await {
+            Ok(Ok(())) => {
+                let t1 = Instant::now();
+                if win.records(t1) {
+                    window::record(&mut r.hist, t1 - t0);
+                }
+            }
+            failed => {
+                if win.records(Instant::now()) {
+                    let kind = match failed {
+                        Ok(Err(e)) => format!("{e:#}"),
+                        _ => "timeout".to_owned(),
+                    };
+                    *r.errors.entry(kind).or_default() += 1;
+                }
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+    }
+    r
+}
+
+/// Connect, send, read the echo, then expect the backend's close.
+async fn one(target: SocketAddr, req: &[u8]) -> anyhow::Result<()> {
+    let mut s = TcpStream::connect(target).await.context("connect")?;
+    s.set_nodelay(true)?;
+    s.write_all(req).await.context("send")?;
+    let mut echo = vec![0u8; req.len()];
+    s.read_exact(&mut echo).await.context("receive echo")?;
+    if echo != req {
+        bail!("echo differs from request");
+    }
+    let mut rest = [0u8; 1];
+    if s.read(&mut rest).await.context("await close")? != 0 {
+        bail!("bytes after the echo");
+    }
+    Ok(())
+}

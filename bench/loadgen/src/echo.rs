@@ -1,0 +1,58 @@
+//! The echo backend. Plain mode echoes every byte until the client closes;
+//! `close_first` mode echoes one request and then closes, so in the churn
+//! test the backend closes first and the TIME_WAIT sockets stay on the
+//! server side (otherwise churn measures the kernel's TIME_WAIT table).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Bytes read per call; small, since idle connections hold one each.
+const BUF: usize = 16 * 1024;
+
+/// Accept errors (usually fd exhaustion) back off this long, then retry.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Serve on `listen` until the process is killed.
+///
+/// # Errors
+/// When `listen` cannot be bound.
+pub async fn serve(listen: SocketAddr, close_first: Option<usize>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(listen).await?;
+    eprintln!("echo-server listening on {}", listener.local_addr()?);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                eprintln!("echo-server accept: {err}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            // A client that goes away mid-echo is normal under load.
+            let _ = echo(stream, close_first).await;
+        });
+    }
+}
+
+/// Echo until EOF, or until `close_first` bytes were echoed, then close.
+async fn echo(mut stream: TcpStream, close_first: Option<usize>) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut buf = vec![0u8; BUF];
+    let mut echoed = 0usize;
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        stream.write_all(&buf[..n]).await?;
+        echoed += n;
+        if close_first.is_some_and(|limit| echoed >= limit) {
+            // Dropping the stream closes it: our FIN goes first.
+            return Ok(());
+        }
+    }
+}

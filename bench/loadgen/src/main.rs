@@ -1,0 +1,301 @@
+//! `loadgen`: the load tool behind bench/run.sh. Each measuring command
+//! prints one JSON object on stdout (run.sh keeps and parses it) and a
+//! readable line on stderr. Loopback targets only; every loop is bounded
+//! in count and time.
+
+mod churn;
+mod echo;
+mod idle;
+mod iperf;
+mod pingpong;
+mod procfs;
+mod table;
+mod window;
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+/// Load tool for pin-proxy's benchmark.
+#[derive(Debug, Parser)]
+#[command(name = "loadgen")]
+struct Cli {
+    /// KEY=VALUE added to the JSON result (run.sh tags round, target, case).
+    #[arg(long, global = true)]
+    tag: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Echo backend. With --close-first, echo one request of that many bytes
+    /// and then close ("backend closes first", for churn).
+    EchoServer {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, value_name = "BYTES")]
+        close_first: Option<usize>,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// Round trips of SIZE bytes on CONNS connections: p50/p99/max µs, req/s.
+    Pingpong {
+        #[command(flatten)]
+        load: Load,
+        #[arg(long, default_value_t = 1)]
+        conns: usize,
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Upper bound on requests per connection.
+        #[arg(long, default_value_t = 100_000_000)]
+        max_requests: u64,
+    },
+    /// Connect, send, read the echo, let the backend close: conn/s.
+    Churn {
+        #[command(flatten)]
+        load: Load,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Upper bound on connections per concurrent loop.
+        #[arg(long, default_value_t = 10_000_000)]
+        max_conns: u64,
+    },
+    /// Open COUNT connections, verify and hold them; the proxy's RSS and CPU
+    /// at each of STEPS and at COUNT.
+    Idle {
+        #[arg(long)]
+        target: SocketAddr,
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        pid: u32,
+        /// Intermediate counts, comma-separated (e.g. 1000,2500,5000,9000).
+        #[arg(long, value_delimiter = ',')]
+        steps: Vec<usize>,
+        #[arg(long, default_value_t = 64)]
+        parallel: usize,
+        /// Seconds to hold at each step while metering idle CPU.
+        #[arg(long, default_value_t = 2.0)]
+        hold: f64,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// Run the iperf3 client against TARGET: Gbit/s and the proxy's CPU s per GB.
+    Iperf {
+        #[arg(long)]
+        target: SocketAddr,
+        #[arg(long, default_value_t = 1)]
+        streams: u32,
+        /// Test seconds.
+        #[arg(long, default_value_t = 10)]
+        time: u32,
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Keep iperf3's JSON output here.
+        #[arg(long)]
+        raw: Option<PathBuf>,
+    },
+    /// Print the Markdown summary of a results file (JSON lines from run.sh).
+    Table {
+        results: PathBuf,
+        /// Column title for HAProxy (with its version).
+        #[arg(long, default_value = "HAProxy")]
+        haproxy: String,
+    },
+    /// Print a process's CPU seconds so far (utime + stime, all threads).
+    Cpu {
+        #[arg(long)]
+        pid: u32,
+    },
+    /// Print N currently free loopback TCP ports, one per line.
+    FreePorts { n: usize },
+}
+
+/// What every load command takes.
+#[derive(Debug, clap::Args)]
+struct Load {
+    #[arg(long)]
+    target: SocketAddr,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Unrecorded seconds before.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// The proxy to meter (CPU per request / connection).
+    #[arg(long)]
+    pid: Option<u32>,
+    #[command(flatten)]
+    rt: Runtime,
+}
+
+#[derive(Debug, Clone, Copy, clap::Args)]
+struct Runtime {
+    /// Runtime threads; 1 = single-threaded (for the pinned test);
+    /// default: one per CPU this process may use.
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn main() -> anyhow::Result<()> {
+    raise_nofile();
+    let cli = Cli::parse();
+    let tags = cli.tag;
+    let report = |v: Value| report(v, &tags);
+    match cli.command {
+        Command::EchoServer {
+            listen,
+            close_first,
+            rt,
+        } => block_on(rt, echo::serve(listen, close_first)),
+        Command::Pingpong {
+            load,
+            conns,
+            size,
+            max_requests,
+        } => {
+            let p = pingpong::Params {
+                target: load.target,
+                conns,
+                size,
+                warmup: secs(load.warmup)?,
+                duration: secs(load.duration)?,
+                max_requests,
+                pid: load.pid,
+            };
+            report(block_on(load.rt, pingpong::run(p))?)
+        }
+        Command::Churn {
+            load,
+            concurrency,
+            size,
+            max_conns,
+        } => {
+            let p = churn::Params {
+                target: load.target,
+                concurrency,
+                size,
+                warmup: secs(load.warmup)?,
+                duration: secs(load.duration)?,
+                max_conns,
+                pid: load.pid,
+            };
+            report(block_on(load.rt, churn::run(p))?)
+        }
+        Command::Idle {
+            target,
+            count,
+            pid,
+            steps,
+            parallel,
+            hold,
+            rt,
+        } => {
+            let p = idle::Params {
+                target,
+                count,
+                steps,
+                parallel: parallel.max(1),
+                hold: secs(hold)?,
+                pid,
+            };
+            report(block_on(rt, idle::run(p))?)
+        }
+        Command::Iperf {
+            target,
+            streams,
+            time,
+            pid,
+            raw,
+        } => {
+            let p = iperf::Params {
+                target,
+                streams,
+                time,
+                pid,
+                raw,
+            };
+            let single = Runtime { threads: Some(1) };
+            report(block_on(single, iperf::run(p))?)
+        }
+        Command::Table { results, haproxy } => {
+            print!("{}", table::render(&results, &haproxy)?);
+            Ok(())
+        }
+        Command::Cpu { pid } => {
+            println!("{}", procfs::cpu_seconds(pid)?);
+            Ok(())
+        }
+        Command::FreePorts { n } => free_ports(n),
+    }
+}
+
+fn secs(s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).with_context(|| format!("bad duration {s}"))
+}
+
+fn block_on<T>(rt: Runtime, fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let runtime = match rt.threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
+    runtime.block_on(fut)
+}
+
+fn report(mut v: Value, tags: &[String]) -> anyhow::Result<()> {
+    for tag in tags {
+        let (k, val) = tag
+            .split_once('=')
+            .with_context(|| format!("--tag {tag:?} is not KEY=VALUE"))?;
+        // Numbers stay numbers, so rounds sort and compare as such.
+        let val = serde_json::from_str::<Value>(val)
+            .ok()
+            .filter(Value::is_number)
+            .unwrap_or_else(|| Value::String(val.to_owned()));
+        window::merge(&mut v, serde_json::json!({ k: val }));
+    }
+    eprintln!("{v}");
+    println!("{}", serde_json::to_string(&v)?);
+    Ok(())
+}
+
+/// Bind them all at once so the ports differ, then let them go.
+fn free_ports(n: usize) -> anyhow::Result<()> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .context("bind 127.0.0.1:0")?;
+    for l in &listeners {
+        println!("{}", l.local_addr()?.port());
+    }
+    Ok(())
+}
+
+/// Idle tests hold thousands of sockets: use the whole hard limit.
+fn raise_nofile() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let old = getrlimit(Resource::Nofile);
+    let want = Rlimit {
+        current: old.maximum,
+        maximum: old.maximum,
+    };
+    // Refused: the old limit stays, and the idle test reports failed opens.
+    let _ = setrlimit(Resource::Nofile, want);
+}

@@ -1,0 +1,100 @@
+//! What the benchmark reads about the proxy from /proc: CPU time
+//! (utime + stime of every thread, `/proc/PID/stat`) and resident memory
+//! (`VmRSS`, `/proc/PID/status`).
+
+use anyhow::{Context, bail};
+
+/// CPU seconds (user + system, all threads) the process has used so far.
+///
+/// # Errors
+/// When the process is gone or its stat line does not parse.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    // The command name (field 2) may hold spaces and parentheses: split after
+    // its closing parenthesis. Field 3 (state) is then index 0, so utime
+    // (field 14) is index 11 and stime (field 15) index 12.
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("parse {path}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| -> anyhow::Result<u64> {
+        let field = fields
+            .get(i)
+            .with_context(|| format!("{path}: short line"))?;
+        field
+            .parse()
+            .with_context(|| format!("{path}: field {}", i + 3))
+    };
+    let ticks = tick(11)? + tick(12)?;
+    let hz = rustix::param::clock_ticks_per_second();
+    if hz == 0 {
+        bail!("clock ticks per second is 0");
+    }
+    Ok(ticks as f64 / hz as f64)
+}
+
+/// Resident set size in KiB.
+///
+/// # Errors
+/// When the process is gone or has no `VmRSS` line.
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .with_context(|| format!("{path}: no VmRSS"))?;
+    let kib = line.trim().trim_end_matches("kB").trim();
+    kib.parse()
+        .with_context(|| format!("{path}: VmRSS {kib:?}"))
+}
+
+/// CPU used by an optional process between [`CpuMeter::start`] and
+/// [`CpuMeter::stop`].
+#[derive(Debug, Clone, Copy)]
+pub struct CpuMeter {
+    pid: Option<u32>,
+    at_start: f64,
+}
+
+impl CpuMeter {
+    /// Start measuring `pid` (nothing to measure when `None`).
+    ///
+    /// # Errors
+    /// When the process cannot be read.
+    pub fn start(pid: Option<u32>) -> anyhow::Result<CpuMeter> {
+        let at_start = match pid {
+            Some(pid) => cpu_seconds(pid)?,
+            None => 0.0,
+        };
+        Ok(CpuMeter { pid, at_start })
+    }
+
+    /// CPU seconds used since `start`, or `None` without a process.
+    ///
+    /// # Errors
+    /// When the process cannot be read (it died during the run).
+    pub fn stop(&self) -> anyhow::Result<Option<f64>> {
+        match self.pid {
+            // Clock ticks are 1/100 s or so: drop the float noise below 1 ms.
+            Some(pid) => Ok(Some(
+                ((cpu_seconds(pid)? - self.at_start) * 1000.0).round() / 1000.0,
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_process() {
+        let me = std::process::id();
+        assert!(cpu_seconds(me).unwrap() >= 0.0);
+        assert!(rss_kib(me).unwrap() > 0);
+    }
+}

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# pin-proxy vs HAProxy vs no proxy, side by side on loopback (issue 5).
+# Usage: bench/run.sh [--quick] [--rounds N] [--nice N] [--no-micro]
+# Prints one Markdown table of medians across rounds with pin-proxy/HAProxy
+# ratios, the idle scaling rows and the registry micro-benchmark; keeps raw
+# outputs in bench/results/DATE/. See bench/README.md for what each figure means.
+set -euo pipefail
+
+usage() {
+    sed -n '2,6s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+}
+
+ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 NICE=
+CMDLINE="bench/run.sh $*"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --rounds) ROUNDS="${2:?--rounds needs a number}"; ROUNDS_SET=1; shift ;;
+        --nice) NICE="${2:?--nice needs a niceness}"; shift ;;
+        --no-micro) MICRO=0 ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$QUICK" = 1 ]; then
+    [ "$ROUNDS_SET" = 1 ] || ROUNDS=1
+    T=3 WARM=0.5 HOLD=1
+else
+    T=10 WARM=1 HOLD=2
+fi
+IDLE_COUNT=${IDLE_COUNT:-9500}
+IDLE_STEPS=1000,2500,5000,9000
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+T0=$(date +%s)
+STAMP=$(date -u +%Y-%m-%dT%H%M%SZ)
+OUT="bench/results/$STAMP"
+mkdir -p "$OUT/raw"
+TMP=$(mktemp -d)
+PIDS=()
+
+# Progress goes to the terminal (fd 3) even where stderr is redirected.
+exec 3>&2
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&3; }
+
+cleanup() {
+    for p in "${PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'log "stopped: command failed at line $LINENO"' ERR
+trap 'exit 130' INT TERM
+
+# ---- tools ------------------------------------------------------------------
+install_missing() {
+    local missing=()
+    command -v haproxy >/dev/null || missing+=(haproxy)
+    command -v iperf3 >/dev/null || missing+=(iperf3)
+    command -v taskset >/dev/null || missing+=(util-linux)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    log "installing ${missing[*]} with apt"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
+}
+install_missing
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup.rs) first" >&2; exit 1; }
+
+# ---- build ------------------------------------------------------------------
+log "building pin-proxy and the load tool (release)"
+cargo build --release --quiet
+LG_CARGO=(--manifest-path bench/loadgen/Cargo.toml --target-dir target/loadgen)
+cargo build --release --quiet "${LG_CARGO[@]}" --bin loadgen
+# Built now and run from here later: sources that change meanwhile (a
+# shared tree) must not trigger a rebuild in the middle of the report.
+BENCH_BINS=()
+if [ "$MICRO" = 1 ]; then
+    mapfile -t BENCH_BINS < <(cargo bench --quiet "${LG_CARGO[@]}" --bench registry --bench footprint \
+        --no-run --message-format=json-render-diagnostics |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
+fi
+PIN="$ROOT/target/release/pin-proxy"
+LG="$ROOT/target/loadgen/release/loadgen"
+T_BUILT=$(date +%s)
+# On a shared machine, other work steals CPU from the proxies unevenly; a
+# negative niceness (root) for everything started from here on evens it out.
+if [ -n "$NICE" ]; then
+    renice -n "$NICE" -p $$ >/dev/null
+fi
+
+# ---- limits, ports, versions ------------------------------------------------
+ulimit -n "$(ulimit -Hn)"
+NOFILE=$(ulimit -n)
+NCPU=$(nproc)
+ALL_CPUS="0-$((NCPU - 1))"
+if [ "$NOFILE" != unlimited ] && [ $((IDLE_COUNT * 2 + 500)) -gt "$NOFILE" ]; then
+    IDLE_COUNT=$(((NOFILE - 500) / 2))
+    log "fd limit $NOFILE: holding $IDLE_COUNT idle connections"
+fi
+HA_MAXCONN=$(((${NOFILE/unlimited/40000} - 200) / 2))
+HA_VERSION=$(haproxy -v | sed -n '1s/^HAProxy version \([0-9.]*\).*/\1/p')
+
+mapfile -t ports < <("$LG" free-ports 11)
+[ ${#ports[@]} = 11 ] || { echo "could not find 11 free ports" >&2; exit 1; }
+read -r P_IPERF P_ECHO P_CLOSE PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE \
+    HA_IPERF HA_ECHO HA_CLOSE HA_IDLE <<<"${ports[*]}"
+
+{
+    echo "# bench run $STAMP"
+    echo "- command: \`$CMDLINE\` (rounds $ROUNDS, ${T}s per load, idle $IDLE_COUNT held)"
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+        "files changed in src/: $(git status --porcelain src 2>/dev/null | wc -l)"
+    echo "- machine: $NCPU CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), kernel $(uname -r)"
+    echo "- HAProxy $HA_VERSION, $(iperf3 --version | head -1), fd limit $NOFILE"
+    echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg), niceness $(ps -o ni= -p $$ | tr -d ' ')"
+} >"$OUT/meta.md"
+
+# ---- processes --------------------------------------------------------------
+# start NAME CMD...: run in the background, log to $OUT/NAME.log, set LAST_PID.
+start() {
+    local name=$1
+    shift
+    "$@" >"$OUT/$name.log" 2>&1 &
+    LAST_PID=$!
+    PIDS+=("$LAST_PID")
+}
+
+stop() {
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    local kept=() p
+    for p in "${PIDS[@]}"; do
+        [ "$p" = "$1" ] || kept+=("$p")
+    done
+    PIDS=("${kept[@]}")
+}
+
+# Wait (bounded) until something listens on 127.0.0.1:PORT.
+wait_listen() {
+    local hex
+    hex=$(printf '%04X' "$1")
+    for _ in $(seq 100); do
+        if awk -v p=":$hex\$" '$2 ~ p && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "nothing listens on port $1" >&2
+    return 1
+}
+
+pin_config() { # FILE then NAME:LISTEN_PORT:BACKEND_PORT...
+    local file=$1
+    shift
+    {
+        echo "log: { level: warn, format: text }"
+        echo "defaults:"
+        echo "  max_connections: 20000"
+        echo "  health: { probe: connect, interval: 1h }"
+        echo "pools:"
+        for pool in "$@"; do
+            IFS=: read -r name listen backend <<<"$pool"
+            echo "  - name: $name"
+            echo "    listen: 127.0.0.1:$listen"
+            echo "    backends: [ \"127.0.0.1:$backend\" ]"
+        done
+    } >"$file"
+    "$PIN" check -c "$file" >/dev/null
+}
+
+haproxy_config() { # FILE then NAME:LISTEN_PORT:BACKEND_PORT...
+    local file=$1
+    shift
+    {
+        printf 'global\n    nbthread %s\n    maxconn %s\n' "$NCPU" "$HA_MAXCONN"
+        printf 'defaults\n    mode tcp\n    maxconn %s\n' "$HA_MAXCONN"
+        printf '    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n'
+        for pool in "$@"; do
+            IFS=: read -r name listen backend <<<"$pool"
+            printf 'frontend %s\n    bind 127.0.0.1:%s\n    default_backend %s\n' "$name" "$listen" "$name"
+            printf 'backend %s\n    balance leastconn\n    server s1 127.0.0.1:%s\n' "$name" "$backend"
+        done
+    } >"$file"
+    haproxy -c -q -f "$file"
+}
+
+log "starting backends"
+start iperf3-server iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
+start echo-server "$LG" echo-server --listen "127.0.0.1:$P_ECHO"
+ECHO_PID=$LAST_PID
+start echo-close-first "$LG" echo-server --listen "127.0.0.1:$P_CLOSE" --close-first 64
+for p in "$P_IPERF" "$P_ECHO" "$P_CLOSE"; do wait_listen "$p"; done
+
+pin_config "$TMP/pin.yaml" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE"
+pin_config "$TMP/pin-idle.yaml" "idle:$PIN_IDLE:$P_ECHO"
+haproxy_config "$TMP/haproxy.cfg" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE"
+haproxy_config "$TMP/haproxy-idle.cfg" "idle:$HA_IDLE:$P_ECHO"
+cp "$TMP"/pin*.yaml "$TMP"/haproxy*.cfg "$OUT/"
+
+log "starting pin-proxy and HAProxy"
+start pin-proxy "$PIN" run -c "$TMP/pin.yaml"
+declare -A PID_OF=([direct]="" [pin-proxy]=$LAST_PID)
+start haproxy haproxy -db -f "$TMP/haproxy.cfg"
+PID_OF[haproxy]=$LAST_PID
+for p in "$PIN_IPERF" "$PIN_ECHO" "$PIN_CLOSE" "$HA_IPERF" "$HA_ECHO" "$HA_CLOSE"; do wait_listen "$p"; done
+sleep 1 # pin-proxy's start-up probes reach iperf3 first; let them pass
+for t in pin-proxy haproxy; do
+    echo "- $t open-file limit in effect: $(awk '/^Max open files/ { print $4 " soft, " $5 " hard" }' "/proc/${PID_OF[$t]}/limits")"
+done >>"$OUT/meta.md"
+
+declare -A ADDR=(
+    [direct,iperf]=127.0.0.1:$P_IPERF [direct,echo]=127.0.0.1:$P_ECHO [direct,close]=127.0.0.1:$P_CLOSE
+    [pin-proxy,iperf]=127.0.0.1:$PIN_IPERF [pin-proxy,echo]=127.0.0.1:$PIN_ECHO [pin-proxy,close]=127.0.0.1:$PIN_CLOSE
+    [haproxy,iperf]=127.0.0.1:$HA_IPERF [haproxy,echo]=127.0.0.1:$HA_ECHO [haproxy,close]=127.0.0.1:$HA_CLOSE
+)
+
+# Move the echo server and the proxy (every thread) onto CPUS.
+pin_cpus() { # CPUS TARGET
+    taskset -a -cp "$1" "$ECHO_PID" >/dev/null
+    [ -z "${PID_OF[$2]}" ] || taskset -a -cp "$1" "${PID_OF[$2]}" >/dev/null
+}
+
+# One measurement: ROUND TARGET CASE; appends a JSON line to results.jsonl.
+run_case() {
+    local r=$1 t=$2 c=$3
+    local tags=(--tag "round=$r" --tag "target=$t" --tag "case=$c")
+    local pid=()
+    [ -z "${PID_OF[$t]}" ] || pid=(--pid "${PID_OF[$t]}")
+    local load=(--duration "$T" --warmup "$WARM" "${pid[@]}")
+    log "round $r: $c via $t"
+    case "$c" in
+        iperf1 | iperf8)
+            "$LG" "${tags[@]}" iperf --target "${ADDR[$t,iperf]}" --streams "${c#iperf}" \
+                --time "$T" "${pid[@]}" --raw "$OUT/raw/r$r-$t-$c.json"
+            ;;
+        pp1)
+            pin_cpus 0 "$t"
+            local rc=0
+            taskset -c 0 "$LG" "${tags[@]}" pingpong --target "${ADDR[$t,echo]}" --conns 1 \
+                --size 64 --threads 1 "${load[@]}" || rc=$?
+            pin_cpus "$ALL_CPUS" "$t"
+            return "$rc"
+            ;;
+        pp64)
+            "$LG" "${tags[@]}" pingpong --target "${ADDR[$t,echo]}" --conns 64 --size 64 "${load[@]}"
+            ;;
+        churn)
+            "$LG" "${tags[@]}" churn --target "${ADDR[$t,close]}" --concurrency 32 --size 64 "${load[@]}"
+            ;;
+    esac
+}
+
+# Idle connections through a fresh proxy instance (a used one's allocator
+# would hide growth): ROUND TARGET.
+run_idle() {
+    local r=$1 t=$2 port pid
+    log "round $r: $IDLE_COUNT idle connections via $t"
+    if [ "$t" = pin-proxy ]; then
+        port=$PIN_IDLE
+        start "pin-proxy-idle-r$r" "$PIN" run -c "$TMP/pin-idle.yaml"
+    else
+        port=$HA_IDLE
+        start "haproxy-idle-r$r" haproxy -db -f "$TMP/haproxy-idle.cfg"
+    fi
+    pid=$LAST_PID
+    wait_listen "$port"
+    sleep 1
+    local rc=0
+    "$LG" --tag "round=$r" --tag "target=$t" --tag case=idle idle --target "127.0.0.1:$port" \
+        --count "$IDLE_COUNT" --steps "$IDLE_STEPS" --pid "$pid" --hold "$HOLD" || rc=$?
+    stop "$pid"
+    return "$rc"
+}
+
+# ---- rounds -----------------------------------------------------------------
+T_MEASURE=$(date +%s)
+for r in $(seq 1 "$ROUNDS"); do
+    # Interleaved, and the proxies' order alternates from round to round.
+    if [ $((r % 2)) = 1 ]; then order=(direct pin-proxy haproxy); else order=(direct haproxy pin-proxy); fi
+    for c in iperf1 iperf8 pp1 pp64 churn; do
+        for t in "${order[@]}"; do
+            run_case "$r" "$t" "$c" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
+                log "FAILED: round $r $c via $t (see $OUT/loadgen.log)"
+        done
+    done
+    for t in "${order[@]:1}"; do
+        run_idle "$r" "$t" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
+            log "FAILED: round $r idle via $t (see $OUT/loadgen.log)"
+    done
+done
+T_MEASURED=$(date +%s)
+echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.md"
+
+if [ "$MICRO" = 1 ]; then
+    log "registry micro-benchmark"
+    micro=()
+    [ "$QUICK" = 1 ] && micro=(--quick)
+    for bin in "${BENCH_BINS[@]}"; do
+        case "$(basename "$bin")" in
+            registry-*) "$bin" "${micro[@]}" >"$OUT/microbench.md" || log "FAILED: micro-benchmark" ;;
+            footprint-*) "$bin" >"$OUT/footprint.md" || log "FAILED: footprint" ;;
+        esac
+    done
+fi
+T_END=$(date +%s)
+echo "- time: build $((T_BUILT - T0)) s, measuring $((T_MEASURED - T_MEASURE)) s, total $((T_END - T0)) s" >>"$OUT/meta.md"
+
+# ---- report -----------------------------------------------------------------
+"$LG" table "$OUT/results.jsonl" --haproxy "HAProxy $HA_VERSION" >"$OUT/table.md"
+{
+    cat "$OUT/meta.md"
+    echo
+    cat "$OUT/table.md"
+    if [ -s "$OUT/microbench.md" ]; then
+        echo
+        echo "Registry micro-benchmark (ns per call):"
+        echo
+        cat "$OUT/microbench.md"
+    fi
+    if [ -s "$OUT/footprint.md" ]; then
+        echo
+        echo "Per-connection task size (idle RSS floor in user space):"
+        echo
+        cat "$OUT/footprint.md"
+    fi
+} | tee "$OUT/report.md"
+log "raw outputs in $OUT"
