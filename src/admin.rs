@@ -10,7 +10,9 @@
 
 mod routes;
 
-pub use routes::{BackendAnswer, ErrorAnswer, MAX_BODY, REQUEST_TIMEOUT};
+pub use routes::{
+    AdminRequest, BackendAnswer, ErrorAnswer, MAX_BODY, REQUEST_TIMEOUT, Refusal, parse_request,
+};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

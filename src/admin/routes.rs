@@ -117,6 +117,82 @@ impl Route {
     }
 }
 
+/// An admin request as routed from its method and URI, before it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminRequest {
+    /// `GET /status`.
+    Status,
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /healthz`.
+    Healthz,
+    /// `POST /reload`.
+    Reload,
+    /// `POST /pools/{pool}/backends/{backend}/quarantine?for=...`.
+    Quarantine {
+        /// Pool name (percent-decoded).
+        pool: String,
+        /// Backend name (percent-decoded).
+        backend: String,
+        /// The `for` window.
+        window: Duration,
+    },
+    /// `POST /pools/{pool}/backends/{backend}/release`.
+    Release {
+        /// Pool name (percent-decoded).
+        pool: String,
+        /// Backend name (percent-decoded).
+        backend: String,
+    },
+}
+
+/// Why a request is refused before it runs.
+#[derive(Debug)]
+pub struct Refusal {
+    /// 400, 404 or 405.
+    pub status: StatusCode,
+    /// For the JSON `error` field.
+    pub message: String,
+    /// The `Allow` header of a 405.
+    pub allow: Option<&'static str>,
+}
+
+/// Route a request: unknown path 404, bad path encoding or `?for=` 400,
+/// wrong method 405. Pure: no state is read or changed.
+///
+/// # Errors
+/// The [`Refusal`] to send.
+pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, Refusal> {
+    let refuse = |Fail(status, message): Fail| Refusal {
+        status,
+        message,
+        allow: None,
+    };
+    let route = Route::parse(uri.path())
+        .map_err(refuse)?
+        .ok_or_else(|| refuse(Fail::new(StatusCode::NOT_FOUND, "no such admin route")))?;
+    if !route.accepts(method) {
+        let allow = route.allow();
+        return Err(Refusal {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!("method {method} not allowed; use {allow}"),
+            allow: Some(allow),
+        });
+    }
+    Ok(match route {
+        Route::Status => AdminRequest::Status,
+        Route::Metrics => AdminRequest::Metrics,
+        Route::Healthz => AdminRequest::Healthz,
+        Route::Reload => AdminRequest::Reload,
+        Route::Quarantine { pool, backend } => AdminRequest::Quarantine {
+            pool,
+            backend,
+            window: window(uri.query().unwrap_or("")).map_err(refuse)?,
+        },
+        Route::Release { pool, backend } => AdminRequest::Release { pool, backend },
+    })
+}
+
 /// A percent-decoded path segment.
 fn decode(segment: &str) -> Result<String, Fail> {
     percent_decode_str(segment)
@@ -159,43 +235,43 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let Some(route) = Route::parse(req.uri().path())? else {
-        return Err(Fail::new(StatusCode::NOT_FOUND, "no such admin route"));
+    let request = match parse_request(req.method(), req.uri()) {
+        Ok(request) => request,
+        Err(refusal) => {
+            let mut answer = error(Fail(refusal.status, refusal.message));
+            if let Some(allow) = refusal.allow {
+                answer
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            return Ok(answer);
+        }
     };
-    if !route.accepts(req.method()) {
-        let allow = route.allow();
-        let mut answer = error(Fail::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("method {} not allowed; use {allow}", req.method()),
-        ));
-        answer
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static(allow));
-        return Ok(answer);
-    }
-    let query = req.uri().query().unwrap_or("").to_owned();
     read_body(req.into_body()).await?;
-    match route {
-        Route::Status => json(StatusCode::OK, &ctx.control.status()),
-        Route::Metrics => {
+    match request {
+        AdminRequest::Status => json(StatusCode::OK, &ctx.control.status()),
+        AdminRequest::Metrics => {
             let text = metrics::render(&ctx.control.pools()).map_err(|_| {
                 Fail::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed")
             })?;
             Ok(answer(StatusCode::OK, metrics::CONTENT_TYPE, text.into()))
         }
-        Route::Healthz => Ok(answer(
+        AdminRequest::Healthz => Ok(answer(
             StatusCode::OK,
             "text/plain; charset=utf-8",
             Bytes::from_static(b"ok\n"),
         )),
-        Route::Reload => reload(ctx).await,
-        Route::Quarantine { pool, backend } => {
-            let window = window(&query)?;
+        AdminRequest::Reload => reload(ctx).await,
+        AdminRequest::Quarantine {
+            pool,
+            backend,
+            window,
+        } => {
             let p = find_pool(ctx, &pool)?;
             p.quarantine(&backend, window).map_err(not_found)?;
             backend_answer(ctx, pool, &backend, None)
         }
-        Route::Release { pool, backend } => {
+        AdminRequest::Release { pool, backend } => {
             let p = find_pool(ctx, &pool)?;
             let released = p.release(&backend).map_err(not_found)?;
             backend_answer(ctx, pool, &backend, Some(released))

@@ -1,0 +1,9 @@
+//! cargo-fuzz target `blockbook`: the logic is in `harness/blockbook.rs`, shared with
+//! the corpus replay test `tests/fuzz_corpus.rs`.
+
+#![no_main]
+
+#[path = "../harness/blockbook.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::run(data));

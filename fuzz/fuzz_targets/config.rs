@@ -1,0 +1,9 @@
+//! cargo-fuzz target `config`: the logic is in `harness/config.rs`, shared with
+//! the corpus replay test `tests/fuzz_corpus.rs`.
+
+#![no_main]
+
+#[path = "../harness/config.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::run(data));
