@@ -113,8 +113,8 @@ pub async fn serve(
 /// True if `peer` may use the admin endpoint. Unlike a pool's allow-list, an
 /// empty list allows nobody: the endpoint has no other authentication.
 pub fn allowed(allow: &[IpNet], peer: SocketAddr) -> bool {
-    let ip = peer.ip().to_canonical();
-    allow.iter().any(|net| net.contains(&ip))
+    // Same matching as a pool's allow-list, except that empty means nobody.
+    !allow.is_empty() && crate::listener::allowed(allow, peer)
 }
 
 /// Serve one admin connection (HTTP/1.1, keep-alive) within its bounds.
@@ -168,14 +168,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn allow_list_matches_mapped_addresses_and_empty_allows_nobody() {
-        let allow: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()];
-        let ok = |s: &str| allowed(&allow, s.parse().unwrap());
-        assert!(ok("127.0.0.1:5"));
-        assert!(ok("[::1]:5"));
-        assert!(ok("[::ffff:127.0.0.1]:5"));
-        assert!(!ok("127.0.0.2:5"));
-        assert!(!ok("[::ffff:127.0.0.2]:5"));
+    fn empty_admin_allow_list_allows_nobody() {
+        let allow: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        assert!(allowed(&allow, "[::ffff:127.0.0.1]:5".parse().unwrap()));
+        assert!(!allowed(&allow, "127.0.0.2:5".parse().unwrap()));
         assert!(!allowed(&[], "127.0.0.1:4".parse().unwrap()));
     }
 }
