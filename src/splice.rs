@@ -55,6 +55,8 @@ struct Shared<'a> {
     /// Milliseconds after `base` of the last byte moved either way.
     last_ms: AtomicU64,
     base: Instant,
+    /// Only an idle timeout needs the clock read on every chunk.
+    track_idle: bool,
     /// The side whose EOF came first (0 while none).
     first_eof: AtomicU8,
 }
@@ -68,8 +70,10 @@ impl Shared<'_> {
         };
         mine.fetch_add(n, Ordering::Relaxed);
         total.fetch_add(n, Ordering::Relaxed);
-        let ms = self.base.elapsed().as_millis() as u64;
-        self.last_ms.store(ms, Ordering::Relaxed);
+        if self.track_idle {
+            let ms = self.base.elapsed().as_millis() as u64;
+            self.last_ms.store(ms, Ordering::Relaxed);
+        }
     }
 }
 
@@ -88,6 +92,7 @@ pub async fn splice(
         down: AtomicU64::new(0),
         last_ms: AtomicU64::new(0),
         base: Instant::now(),
+        track_idle: idle_timeout.is_some(),
         first_eof: AtomicU8::new(0),
     };
     let both = async {

@@ -164,7 +164,13 @@ async fn ends(s: &mut TcpStream) -> bool {
 async fn backend_reset_mid_stream_closes_the_client() {
     let node = Node::start(|s: TcpStream| async move {
         let mut s = s;
-        // Stream data, then abort with RST.
+        // Start on the client's word (a reset before the proxy's connect has
+        // completed would be a failed connect, not a mid-stream reset; the
+        // health probe says nothing), stream data, then abort with RST.
+        let mut go = [0u8; 1];
+        if s.read_exact(&mut go).await.is_err() {
+            return;
+        }
         for _ in 0..16 {
             if s.write_all(&[7u8; 16 * 1024]).await.is_err() {
                 return; // the health probe hung up
@@ -176,6 +182,7 @@ async fn backend_reset_mid_stream_closes_the_client() {
     .await;
     let proxy = Proxy::start(&one_backend(node.addr, ""));
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    c.write_all(b"g").await.unwrap();
     assert!(
         ends(&mut c).await,
         "client was not closed after the backend reset"
