@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
 use crate::registry::Pool;
-use crate::session;
+use crate::{session, sockopt};
 
 /// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -42,6 +42,9 @@ pub async fn accept_loop(
     shared: Shared,
 ) {
     let local = listener.local_addr().ok();
+    // The socket options accepted clients inherit, as last set on the
+    // listener (at bind, from the config then).
+    let mut tuned = pool.config().keepalive;
     let mut backoff: Option<Duration> = None;
     let mut failures: u64 = 0;
     loop {
@@ -65,6 +68,20 @@ pub async fn accept_loop(
                     failures = 0;
                 }
                 backoff = None;
+                let keepalive = pool.config().keepalive;
+                if tuned != keepalive {
+                    // A reload changed the settings: this client was accepted
+                    // with the old ones, so set its own too.
+                    for result in [
+                        sockopt::tune(&listener, &keepalive),
+                        sockopt::tune(&stream, &keepalive),
+                    ] {
+                        if let Err(err) = result {
+                            debug!(pool = %pool.name, %err, "socket options on client failed");
+                        }
+                    }
+                    tuned = keepalive;
+                }
                 admit(stream, peer, &pool, &shared, slot);
             }
             // The client gave up before we got to it: nothing to do.

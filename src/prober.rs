@@ -77,7 +77,7 @@ impl Prober {
 
     /// Probe every backend of `pool`.
     pub fn watch(&self, pool: &Arc<Pool>) {
-        let ids: Vec<(BackendId, BackendConfig)> = pool
+        let ids: Vec<(BackendId, Arc<BackendConfig>)> = pool
             .backends()
             .iter()
             .map(|b| (b.id, b.config.clone()))

@@ -12,12 +12,13 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use tokio::time::Instant;
+use atomic_waker::AtomicWaker;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BackendConfig, PoolConfig};
@@ -31,51 +32,70 @@ pub type ConnId = u64;
 pub type BackendId = u64;
 
 /// Closes one connection from outside, with a reason for its `closed` event.
-#[derive(Debug)]
+///
+/// Small on purpose (one per live connection): a state byte, the reason and
+/// the waker of the one task that serves the connection.
+#[derive(Debug, Default)]
 pub struct Closer {
-    token: CancellationToken,
+    state: AtomicU8,
     reason: OnceLock<&'static str>,
-    spliced: AtomicBool,
+    waker: AtomicWaker,
 }
 
+const SPLICED: u8 = 1;
+const CLOSING: u8 = 2;
+
 impl Closer {
-    /// A closer that also fires when `parent` is cancelled.
-    pub fn child_of(parent: &CancellationToken) -> Closer {
-        Closer {
-            token: parent.child_token(),
-            reason: OnceLock::new(),
-            spliced: AtomicBool::new(false),
-        }
+    /// An open closer. Pool shutdown reaches it through the pool's registry
+    /// ([`Pool::stop`]), not through a token of its own.
+    pub fn new() -> Closer {
+        Closer::default()
     }
 
     /// The backend leg is up and bytes flow: from now on drain and
     /// rebalance may close it. A client still connecting is left alone (it
     /// fails over by itself if its backend went bad).
     pub fn set_spliced(&self) {
-        self.spliced.store(true, Ordering::Release);
+        self.state.fetch_or(SPLICED, Ordering::AcqRel);
     }
 
     /// True once spliced and not yet asked to close: what drain and
     /// rebalance may act on.
     pub fn is_movable(&self) -> bool {
-        self.spliced.load(Ordering::Acquire) && !self.is_closing()
+        self.state.load(Ordering::Acquire) == SPLICED
     }
 
     /// Ask the connection to close; the first reason given wins.
     pub fn close(&self, reason: &'static str) {
         // A second reason for the same close is not news: keep the first.
         let _ = self.reason.set(reason);
-        self.token.cancel();
+        self.state.fetch_or(CLOSING, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// Ready once the connection must close; otherwise registers the task
+    /// to be woken then. Only the connection's own task polls this.
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_closing() {
+            return Poll::Ready(());
+        }
+        self.waker.register(cx.waker());
+        // A close between the check and the registration woke nobody.
+        if self.is_closing() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// Resolves once the connection must close. Cancel-safe.
     pub async fn closed(&self) {
-        self.token.cancelled().await
+        std::future::poll_fn(|cx| self.poll_closed(cx)).await
     }
 
     /// True once asked to close.
     pub fn is_closing(&self) -> bool {
-        self.token.is_cancelled()
+        self.state.load(Ordering::Acquire) & CLOSING != 0
     }
 
     /// Why it was closed; a parent cancellation means shutdown.
@@ -124,11 +144,10 @@ pub struct ProbeRecord {
     pub detail: String,
 }
 
-/// A live connection as the registry knows it.
+/// A live connection as the registry knows it (one per connection: kept
+/// small).
 #[derive(Debug, Clone)]
 pub struct ConnEntry {
-    /// When the client was accepted.
-    pub started: Instant,
     /// The client's address.
     pub client: SocketAddr,
     /// Closes it.
@@ -141,7 +160,7 @@ pub struct Backend {
     /// Stable id.
     pub id: BackendId,
     /// Its config.
-    pub config: BackendConfig,
+    pub config: Arc<BackendConfig>,
     /// Its health record.
     pub health: BackendHealth,
     /// Last block height a probe read.
@@ -159,7 +178,7 @@ impl Backend {
     pub fn new(id: BackendId, config: BackendConfig) -> Backend {
         Backend {
             id,
-            config,
+            config: Arc::new(config),
             health: BackendHealth::default(),
             height: None,
             last_probe: None,
@@ -174,10 +193,9 @@ impl Backend {
 pub struct Target {
     /// Backend id.
     pub id: BackendId,
-    /// Backend name, for logs.
-    pub name: String,
-    /// `host:port` to resolve and connect.
-    pub addr: String,
+    /// Its settings as they were when chosen: `name` for logs, `addr`
+    /// (`host:port`) to resolve and connect.
+    pub config: Arc<BackendConfig>,
     /// Counters to update.
     pub stats: Arc<BackendStats>,
     /// It was usable when chosen (false: a fail-open attempt).
@@ -197,11 +215,13 @@ pub struct Pool {
     pub rebalance_moves: AtomicU64,
     /// Cancelled when the pool stops (shutdown or removal by reload).
     pub token: CancellationToken,
+    /// Set by [`Pool::stop`]: the reason every connection closes with.
+    stopped: OnceLock<&'static str>,
 }
 
 impl Pool {
-    /// A pool with fresh backend states; `token` is the parent of every
-    /// connection's closer.
+    /// A pool with fresh backend states; `token` stops its listeners and
+    /// tasks, [`Pool::stop`] also closes its connections.
     pub fn new(config: PoolConfig, token: CancellationToken) -> Pool {
         let backends = config
             .backends
@@ -217,6 +237,7 @@ impl Pool {
             clients: AtomicUsize::new(0),
             rebalance_moves: AtomicU64::new(0),
             token,
+            stopped: OnceLock::new(),
         }
     }
 
@@ -258,7 +279,7 @@ impl Pool {
             let backend = match kept {
                 Some(i) => {
                     let mut b = old.swap_remove(i);
-                    b.config = bc.clone();
+                    b.config = Arc::new(bc.clone());
                     b
                 }
                 None => {
@@ -284,6 +305,14 @@ impl Pool {
         let backends = self.backends();
         let usable = |b: &Backend| b.health.is_usable();
         backends.iter().any(|b| b.id == backend && usable(b)) || !backends.iter().any(usable)
+    }
+
+    /// Stop the pool: cancel its token (listeners, rebalancer) and close
+    /// every connection with `reason`, including one that registers later.
+    pub fn stop(&self, reason: &'static str) {
+        let _ = self.stopped.set(reason);
+        self.token.cancel();
+        self.close_all(reason);
     }
 
     /// Close every connection of the pool with `reason`.
@@ -331,11 +360,15 @@ impl Pool {
             })
             .collect();
         let chosen = &mut backends[select::pick(&cands)?];
+        if let Some(reason) = self.stopped.get() {
+            // Stopped between this client's accept and now: `stop` has
+            // already swept the registry, so close it here.
+            entry.closer.close(reason);
+        }
         chosen.conns.insert(conn, entry);
         let target = Target {
             id: chosen.id,
-            name: chosen.config.name.clone(),
-            addr: chosen.config.addr.clone(),
+            config: chosen.config.clone(),
             stats: chosen.stats.clone(),
             usable: chosen.health.is_usable(),
         };

@@ -82,7 +82,7 @@ impl Server {
             .pools
             .iter()
             .map(|pc| {
-                let listens = bind_all(&pc.name, &pc.listen)?;
+                let listens = bind_all(pc, &pc.listen)?;
                 let pool = Arc::new(Pool::new(pc.clone(), root.child_token()));
                 let listens = adopt(&pool, listens);
                 Ok(PoolRun { pool, listens })
@@ -90,8 +90,8 @@ impl Server {
             .collect::<anyhow::Result<Vec<_>>>()?;
         let admin = match &config.admin {
             Some(a) => {
-                let l =
-                    sockopt::bind(a.listen).with_context(|| format!("admin: bind {}", a.listen))?;
+                let l = sockopt::bind(a.listen, None)
+                    .with_context(|| format!("admin: bind {}", a.listen))?;
                 info!(listen = %l.local_addr()?, "admin_listening");
                 Some((l, a.allow.clone()))
             }
@@ -164,6 +164,9 @@ impl Server {
         }
         notify::stopping();
         info!("shutdown");
+        for run in &self.pools {
+            run.pool.stop("shutdown");
+        }
         self.root.cancel();
         self.tracker.close();
         if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait())
@@ -207,7 +210,7 @@ impl Server {
                 .copied()
                 .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.serves(*a))))
                 .collect();
-            let listens = bind_all(&pc.name, &wanted).map_err(|e| format!("{e:#}"))?;
+            let listens = bind_all(pc, &wanted).map_err(|e| format!("{e:#}"))?;
             fresh.insert(pc.name.clone(), listens);
         }
         let mut next = Vec::new();
@@ -233,8 +236,7 @@ impl Server {
         }
         for gone in self.pools.drain(..) {
             info!(pool = %gone.pool.name, "pool_removed");
-            gone.pool.close_all("pool_removed");
-            gone.pool.token.cancel();
+            gone.pool.stop("pool_removed");
         }
         self.pools = next;
         for run in &mut self.pools {
@@ -260,12 +262,14 @@ fn start_accepting(run: &mut PoolRun, shared: &listener::Shared) {
     }
 }
 
-/// Bind `addrs` for pool `name`, logging `listening` for each. The
+/// Bind `addrs` for pool `pc`, logging `listening` for each. The
 /// listeners are not tied to a pool until [`adopt`]ed.
-fn bind_all(name: &str, addrs: &[SocketAddr]) -> anyhow::Result<Vec<Listen>> {
+fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr]) -> anyhow::Result<Vec<Listen>> {
+    let name = &pc.name;
     let mut out = Vec::new();
     for addr in addrs {
-        let listener = sockopt::bind(*addr).with_context(|| format!("pool {name}: bind {addr}"))?;
+        let listener = sockopt::bind(*addr, Some(&pc.keepalive))
+            .with_context(|| format!("pool {name}: bind {addr}"))?;
         out.push(Listen {
             configured: *addr,
             local: listener.local_addr()?,

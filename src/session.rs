@@ -15,7 +15,12 @@ use crate::registry::{Admission, BackendId, Closer, ConnEntry, ConnId, Lease, Po
 use crate::{sockopt, splice};
 
 /// Serve one accepted client until it closes.
-pub async fn serve(
+///
+/// The client socket arrives tuned (the listener's options are inherited).
+/// This is the connection's task, so what it holds across the splice is what
+/// every idle connection costs: the connect phase runs boxed and is gone by
+/// then.
+pub fn serve(
     pool: Arc<Pool>,
     client: TcpStream,
     peer: SocketAddr,
@@ -23,20 +28,56 @@ pub async fn serve(
     // Held for the connection's life: its place under `max_connections` and
     // in the process's descriptor budget.
     admission: (Admission, OwnedSemaphorePermit),
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let started = Instant::now();
-    let config = pool.config();
-    let closer = Arc::new(Closer::child_of(&pool.token));
-    if let Err(err) = sockopt::tune(&client, &config.keepalive) {
-        debug!(pool = %pool.name, conn, client = %peer, %err, "socket options on client failed");
+    let closer = Arc::new(Closer::new());
+    // An `async move` block over the arguments rather than an `async fn`:
+    // the arguments are stored once, not again as locals.
+    async move {
+        // Taken apart inside the statement, so no whole `Leg` stays in the
+        // frame across the splice.
+        let (lease, target, backend, idle_timeout) =
+            match Box::pin(open(&pool, conn, peer, &closer, started)).await {
+                Some(leg) => (leg.lease, leg.target, leg.backend, leg.idle_timeout),
+                None => return,
+            };
+        let out = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer).await;
+        drop(lease);
+        drop(admission);
+        drop((backend, client));
+        let err = out.error.as_ref().map(|e| e.to_string());
+        info!(
+            pool = %pool.name, backend = %target.config.name, conn, client = %peer,
+            bytes_up = out.bytes_up, bytes_down = out.bytes_down,
+            duration_ms = started.elapsed().as_millis() as u64,
+            reason = out.reason, err, "closed"
+        );
     }
+}
+
+/// A connected backend leg, ready to splice.
+struct Leg {
+    lease: Lease,
+    target: Target,
+    backend: TcpStream,
+    idle_timeout: Option<Duration>,
+}
+
+/// Connect the backend leg, or log the client's `closed` event and give up.
+async fn open(
+    pool: &Arc<Pool>,
+    conn: ConnId,
+    peer: SocketAddr,
+    closer: &Arc<Closer>,
+    started: Instant,
+) -> Option<Leg> {
+    let config = pool.config();
     let entry = ConnEntry {
-        started,
         client: peer,
         closer: closer.clone(),
     };
     let (lease, target, backend) =
-        match connect_some(&pool, conn, peer, &entry, config.connect_timeout).await {
+        match connect_some(pool, conn, peer, &entry, config.connect_timeout).await {
             Ok(leg) => leg,
             Err(reason) => {
                 info!(
@@ -45,30 +86,19 @@ pub async fn serve(
                     duration_ms = started.elapsed().as_millis() as u64,
                     reason, "closed"
                 );
-                return;
+                return None;
             }
         };
     closer.set_spliced();
     if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
-        debug!(pool = %pool.name, conn, backend = %target.name, %err, "socket options on backend failed");
+        debug!(pool = %pool.name, conn, backend = %target.config.name, %err, "socket options on backend failed");
     }
-    let out = splice::splice(
-        &client,
-        &backend,
-        &target.stats,
-        config.idle_timeout,
-        &closer,
-    )
-    .await;
-    drop(lease);
-    drop(admission);
-    let err = out.error.as_ref().map(|e| e.to_string());
-    info!(
-        pool = %pool.name, backend = %target.name, conn, client = %peer,
-        bytes_up = out.bytes_up, bytes_down = out.bytes_down,
-        duration_ms = started.elapsed().as_millis() as u64,
-        reason = out.reason, err, "closed"
-    );
+    Some(Leg {
+        lease,
+        target,
+        backend,
+        idle_timeout: config.idle_timeout,
+    })
 }
 
 /// Try candidates in selection order until one connects. Each backend is
@@ -91,18 +121,18 @@ async fn connect_some(
         tried.push(target.id);
         let attempt = Instant::now();
         let result = tokio::select! {
-            r = connect::connect(&target.addr, timeout) => r,
+            r = connect::connect(&target.config.addr, timeout) => r,
             () = entry.closer.closed() => return Err(entry.closer.reason()),
         };
         match result {
             // The backend went bad while we connected and a good one exists:
             // go there instead of landing on a node about to be drained.
             Ok(_) if target.usable && !pool.still_wanted(target.id) => {
-                debug!(pool = %pool.name, backend = %target.name, conn, "connect_superseded");
+                debug!(pool = %pool.name, backend = %target.config.name, conn, "connect_superseded");
             }
             Ok(stream) => {
                 pool.record_connect(target.id, attempt, true);
-                debug!(pool = %pool.name, backend = %target.name, conn, client = %peer, "connected");
+                debug!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
                 return Ok((lease, target, stream));
             }
             Err(err) if err.is_local() => {
@@ -120,7 +150,7 @@ async fn connect_some(
 
 fn log_failure(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr, err: &ConnectError) {
     warn!(
-        pool = %pool.name, backend = %target.name, conn, client = %peer,
+        pool = %pool.name, backend = %target.config.name, conn, client = %peer,
         reason = err.kind(), err = err.to_string().as_str(), "connect_failed"
     );
 }

@@ -2,6 +2,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
@@ -15,9 +16,12 @@ const BACKLOG: i32 = 1024;
 /// TCP_NODELAY, SO_KEEPALIVE with the configured timers and a matching
 /// TCP_USER_TIMEOUT, so a dead peer is noticed whether the link is idle
 /// (keepalive) or has unacknowledged data (user timeout).
-pub fn tune(stream: &TcpStream, keepalive: &Keepalive) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    let sock = SockRef::from(stream);
+///
+/// On a listening socket these are inherited by every accepted socket
+/// (Linux copies them at accept), which saves six syscalls per client.
+pub fn tune(socket: &impl AsFd, keepalive: &Keepalive) -> io::Result<()> {
+    let sock = SockRef::from(socket);
+    sock.set_tcp_nodelay(true)?;
     let params = TcpKeepalive::new()
         .with_time(keepalive.idle)
         .with_interval(keepalive.interval)
@@ -43,8 +47,9 @@ pub fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
 }
 
 /// Bind a listener: SO_REUSEADDR, IPV6_V6ONLY on IPv6 so `[::]` and
-/// `0.0.0.0` can be bound side by side, non-blocking.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+/// `0.0.0.0` can be bound side by side, non-blocking. With `keepalive`,
+/// [`tune`]d before it listens, so every client it accepts starts tuned.
+pub fn bind(addr: SocketAddr, keepalive: Option<&Keepalive>) -> io::Result<TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
         sock.set_only_v6(true)?;
@@ -52,6 +57,48 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     sock.set_reuse_address(true)?;
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
+    if let Some(keepalive) = keepalive {
+        tune(&sock, keepalive)?;
+    }
     sock.listen(BACKLOG)?;
     TcpListener::from_std(sock.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client leg is never tuned on its own: this is what makes that
+    /// safe. Every option `tune` sets must reach an accepted socket.
+    #[tokio::test]
+    async fn accepted_sockets_inherit_the_listeners_options() {
+        let keepalive = Keepalive {
+            idle: Duration::from_secs(37),
+            interval: Duration::from_secs(7),
+            count: 3,
+        };
+        let listener = bind("127.0.0.1:0".parse().unwrap(), Some(&keepalive)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let sock = SockRef::from(&accepted);
+        assert!(sock.tcp_nodelay().unwrap(), "TCP_NODELAY");
+        assert!(sock.keepalive().unwrap(), "SO_KEEPALIVE");
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), keepalive.idle);
+        assert_eq!(sock.tcp_keepalive_interval().unwrap(), keepalive.interval);
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), keepalive.count);
+        assert_eq!(
+            sock.tcp_user_timeout().unwrap(),
+            Some(keepalive.user_timeout())
+        );
+        // And a listener bound without settings passes on none of them.
+        let plain = bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
+        let _client = TcpStream::connect(plain.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = plain.accept().await.unwrap();
+        let sock = SockRef::from(&accepted);
+        assert!(!sock.tcp_nodelay().unwrap());
+        assert!(!sock.keepalive().unwrap());
+    }
 }

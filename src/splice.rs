@@ -9,23 +9,45 @@
 //! Memory: a connection owns no buffer while its peers keep up. Each step
 //! reads into a per-worker scratch buffer and writes it on at once, without
 //! awaiting; only when the receiver is slow is the unwritten rest (at most one
-//! 32 KiB chunk per direction) copied out and held until it can be written.
-//! An idle connection holds no data buffer at all. Backpressure is the
-//! kernel's: nothing more is read until the previous chunk has been written.
+//! 32 KiB chunk per direction) copied out and held until it can be written,
+//! then freed. An idle connection holds no data buffer at all. Backpressure
+//! is the kernel's: nothing more is read until the previous chunk has been
+//! written.
+//!
+//! The splice is one hand-written poll function over both directions, not
+//! a combination of futures: its whole state is a few words per direction
+//! (what a thousand idle connections cost is mostly this), and it waits on
+//! the sockets' own reader/writer wake slots.
+//!
+//! Syscalls: a read shorter than the buffer emptied the socket's receive
+//! queue, so it also clears the socket's readiness (as a `WouldBlock`
+//! would) instead of reading again only to be told so. That is safe with
+//! edge-triggered epoll: bytes that arrive after the read raise a new event,
+//! readiness is only cleared if no newer event came in meanwhile, and an
+//! EOF (`READ_CLOSED`) is never cleared.
 
 use std::cell::RefCell;
-use std::io;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::future::Future;
+use std::io::{self, Read};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use socket2::SockRef;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::registry::{BackendStats, Closer};
 use crate::sockopt;
 
 /// Bytes moved per read/write while a direction is busy.
 const CHUNK: usize = 32 * 1024;
+
+/// Read-and-forward steps per direction per poll before going back to the
+/// scheduler, so one busy connection cannot starve the others.
+const STEPS_PER_WAKE: usize = 16;
 
 /// How a splice ended, for the `closed` event.
 #[derive(Debug)]
@@ -41,88 +63,255 @@ pub struct Outcome {
     pub error: Option<io::Error>,
 }
 
+/// Splice `client` and `backend` until the connection ends; see the module
+/// docs for when that is. The future is the whole per-connection state.
+pub fn splice<'a>(
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
+    stats: &'a BackendStats,
+    idle_timeout: Option<Duration>,
+    closer: &'a Closer,
+) -> Splice<'a> {
+    Splice {
+        client,
+        backend,
+        stats,
+        closer,
+        up: Dir::default(),
+        down: Dir::default(),
+        first_eof: None,
+        idle: idle_timeout.map(|timeout| {
+            let last = Instant::now();
+            Box::new(Idle {
+                timeout,
+                last,
+                sleep: Box::pin(tokio::time::sleep_until(last + timeout)),
+            })
+        }),
+    }
+}
+
+impl Future for Splice<'_> {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = self.get_mut();
+        let (reason, error) = ready!(this.poll_both(cx));
+        Poll::Ready(Outcome {
+            bytes_up: this.up.moved,
+            bytes_down: this.down.moved,
+            reason,
+            error,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
-    Client = 1,
-    Backend = 2,
+    Client,
+    Backend,
 }
 
-/// Per-splice shared state: both directions run in one task.
-struct Shared<'a> {
+/// Both directions of one connection: the future [`splice`] returns.
+pub struct Splice<'a> {
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
     stats: &'a BackendStats,
-    up: AtomicU64,
-    down: AtomicU64,
-    /// Milliseconds after `base` of the last byte moved either way.
-    last_ms: AtomicU64,
-    base: Instant,
-    /// Only an idle timeout needs the clock read on every chunk.
-    track_idle: bool,
-    /// The side whose EOF came first (0 while none).
-    first_eof: AtomicU8,
+    closer: &'a Closer,
+    /// Client → backend.
+    up: Dir,
+    /// Backend → client.
+    down: Dir,
+    /// The side whose EOF came first.
+    first_eof: Option<Side>,
+    /// Only with an idle timeout (boxed: most connections have none).
+    idle: Option<Box<Idle>>,
 }
 
-impl Shared<'_> {
-    fn moved(&self, toward: Side, n: usize) {
-        let n = n as u64;
-        let (mine, total) = match toward {
-            Side::Backend => (&self.up, &self.stats.bytes_up),
-            Side::Client => (&self.down, &self.stats.bytes_down),
+struct Idle {
+    timeout: Duration,
+    /// When a byte last moved either way (read once per poll that moved any).
+    last: Instant,
+    sleep: Pin<Box<Sleep>>,
+}
+
+/// One direction's state.
+#[derive(Default)]
+struct Dir {
+    /// Bytes written to the receiver so far.
+    moved: u64,
+    /// Bytes read but not yet written while the receiver is slow; none
+    /// (and no allocation) otherwise.
+    held: Option<Box<Held>>,
+    /// EOF read and everything before it written.
+    done: bool,
+}
+
+/// The unwritten rest of one chunk.
+struct Held {
+    data: Vec<u8>,
+    /// How much of `data` has been written.
+    sent: usize,
+}
+
+/// An I/O error and whether it came from the reading socket (else the
+/// writing one).
+type Fault = (bool, io::Error);
+
+type Ended = (&'static str, Option<io::Error>);
+
+impl Splice<'_> {
+    fn poll_both(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
+        if self.closer.poll_closed(cx).is_ready() {
+            return Poll::Ready((self.closer.reason(), None));
+        }
+        let before = self.up.moved + self.down.moved;
+        for side in [Side::Client, Side::Backend] {
+            let (from, to, dir, total) = match side {
+                Side::Client => (
+                    self.client,
+                    self.backend,
+                    &mut self.up,
+                    &self.stats.bytes_up,
+                ),
+                Side::Backend => (
+                    self.backend,
+                    self.client,
+                    &mut self.down,
+                    &self.stats.bytes_down,
+                ),
+            };
+            if dir.done {
+                continue;
+            }
+            match dir.pump(cx, from, to, total) {
+                Poll::Pending => {}
+                Poll::Ready(Ok(())) => {
+                    dir.done = true;
+                    self.first_eof.get_or_insert(side);
+                    // After the last direction ends both sockets close, which
+                    // sends the FIN anyway: half-close only the first.
+                    let other_done = match side {
+                        Side::Client => self.down.done,
+                        Side::Backend => self.up.done,
+                    };
+                    if !other_done && let Err(e) = sockopt::shutdown_write(to) {
+                        return Poll::Ready(self.fail(side.other(), e));
+                    }
+                }
+                Poll::Ready(Err((reading, e))) => {
+                    let failed = if reading { side } else { side.other() };
+                    return Poll::Ready(self.fail(failed, e));
+                }
+            }
+        }
+        if self.up.done && self.down.done {
+            let reason = match self.first_eof {
+                Some(Side::Backend) => "backend_closed",
+                _ => "client_closed",
+            };
+            return Poll::Ready((reason, None));
+        }
+        if let Some(idle) = &mut self.idle {
+            if self.up.moved + self.down.moved != before {
+                idle.last = Instant::now();
+            }
+            if idle.poll_expired(cx).is_ready() {
+                return Poll::Ready(("idle_timeout", None));
+            }
+        }
+        Poll::Pending
+    }
+
+    /// End on an error of `side`'s socket; the other peer gets a reset, so
+    /// it learns it was an error and not a clean end.
+    fn fail(&self, side: Side, e: io::Error) -> Ended {
+        let (other, reason) = match side {
+            Side::Client => (self.backend, "client_error"),
+            Side::Backend => (self.client, "backend_error"),
         };
-        mine.fetch_add(n, Ordering::Relaxed);
-        total.fetch_add(n, Ordering::Relaxed);
-        if self.track_idle {
-            let ms = self.base.elapsed().as_millis() as u64;
-            self.last_ms.store(ms, Ordering::Relaxed);
+        sockopt::reset_on_close(other);
+        (reason, Some(e))
+    }
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Backend,
+            Side::Backend => Side::Client,
         }
     }
 }
 
-/// Splice `client` and `backend` until the connection ends; see the module
-/// docs for when that is.
-pub async fn splice(
-    client: &TcpStream,
-    backend: &TcpStream,
-    stats: &BackendStats,
-    idle_timeout: Option<Duration>,
-    closer: &Closer,
-) -> Outcome {
-    let shared = Shared {
-        stats,
-        up: AtomicU64::new(0),
-        down: AtomicU64::new(0),
-        last_ms: AtomicU64::new(0),
-        base: Instant::now(),
-        track_idle: idle_timeout.is_some(),
-        first_eof: AtomicU8::new(0),
-    };
-    let both = async {
-        tokio::try_join!(
-            pump(client, backend, Side::Client, &shared),
-            pump(backend, client, Side::Backend, &shared)
-        )
-    };
-    let (reason, error) = tokio::select! {
-        r = both => match r {
-            Ok(_) if shared.first_eof.load(Ordering::Relaxed) == Side::Backend as u8 => {
-                ("backend_closed", None)
+impl Idle {
+    /// Ready once no byte has moved for the timeout.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            ready!(self.sleep.as_mut().poll(cx));
+            let deadline = self.last + self.timeout;
+            if Instant::now() >= deadline {
+                return Poll::Ready(());
             }
-            Ok(_) => ("client_closed", None),
-            Err((side, e)) => {
-                // Tell the other peer it was an error, not a clean end.
-                let other = if side == Side::Client { backend } else { client };
-                sockopt::reset_on_close(other);
-                let reason = if side == Side::Client { "client_error" } else { "backend_error" };
-                (reason, Some(e))
+            // Bytes moved since the timer was set: wait from the last one.
+            self.sleep.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl Dir {
+    /// Move bytes `from` → `to` until `from` would block (Pending, with the
+    /// task registered on whichever socket it waits for), EOF with nothing
+    /// left to write (Ready(Ok)), or an error.
+    fn pump(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &TcpStream,
+        to: &TcpStream,
+        total: &AtomicU64,
+    ) -> Poll<Result<(), Fault>> {
+        for _ in 0..STEPS_PER_WAKE {
+            // Whatever the receiver did not take last time goes first.
+            if let Some(held) = &mut self.held {
+                while held.sent < held.data.len() {
+                    ready!(to.poll_write_ready(cx)).map_err(|e| (false, e))?;
+                    match to.try_write(&held.data[held.sent..]) {
+                        Ok(0) => return Poll::Ready(Err((false, io::ErrorKind::WriteZero.into()))),
+                        Ok(n) => {
+                            held.sent += n;
+                            self.moved += n as u64;
+                            total.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                        // Readiness is cleared: the next round waits for it.
+                        Err(e) if is_transient(&e) => {}
+                        Err(e) => return Poll::Ready(Err((false, e))),
+                    }
+                }
+                // Give the buffer back: an idle connection holds none.
+                self.held = None;
             }
-        },
-        () = closer.closed() => (closer.reason(), None),
-        () = idle(&shared, idle_timeout) => ("idle_timeout", None),
-    };
-    Outcome {
-        bytes_up: shared.up.load(Ordering::Relaxed),
-        bytes_down: shared.down.load(Ordering::Relaxed),
-        reason,
-        error,
+            ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
+            match step(from, to)? {
+                Step::Moved(n) => self.count(n, total),
+                Step::Partial { written, rest } => {
+                    self.count(written, total);
+                    self.held = Some(Box::new(Held {
+                        data: rest,
+                        sent: 0,
+                    }));
+                }
+                Step::Nothing => {}
+                Step::Eof => return Poll::Ready(Ok(())),
+            }
+        }
+        // Busy: let the other tasks run, then carry on.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn count(&mut self, n: usize, total: &AtomicU64) {
+        self.moved += n as u64;
+        total.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -130,17 +319,15 @@ pub async fn splice(
 enum Step {
     /// `n` bytes read and written in full.
     Moved(usize),
-    /// `n` bytes read but only partly written: the rest waits for writability.
-    Partial(usize, Vec<u8>),
-    /// Nothing to read right now.
-    Drained,
+    /// Bytes read but only `written` of them written: `rest` waits for the
+    /// receiver.
+    Partial { written: usize, rest: Vec<u8> },
+    /// Nothing read (no data after all, or interrupted); readiness is
+    /// cleared where it was stale.
+    Nothing,
     /// The reader sent FIN.
     Eof,
 }
-
-/// Read-and-forward steps per readiness wake-up before going back to the
-/// scheduler, so one busy connection cannot starve the others.
-const STEPS_PER_WAKE: usize = 16;
 
 thread_local! {
     /// Per-worker scratch buffer: a step reads into it and writes from it
@@ -150,16 +337,25 @@ thread_local! {
 }
 
 /// Read once from `from` and write what came straight to `to`.
-fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, (bool, io::Error)> {
+fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, Fault> {
     SCRATCH.with_borrow_mut(|buf| {
-        let n = loop {
-            match from.try_read(buf) {
-                Ok(0) => return Ok(Step::Eof),
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Drained),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err((true, e)),
+        let mut short = 0;
+        // A short read drained the socket: report it as `WouldBlock` so
+        // `try_io` clears the readiness now (see the module docs).
+        let read = from.try_io(Interest::READABLE, || {
+            let n = (&*SockRef::from(from)).read(buf)?;
+            if n > 0 && n < buf.len() {
+                short = n;
+                return Err(io::ErrorKind::WouldBlock.into());
             }
+            Ok(n)
+        });
+        let n = match read {
+            Ok(0) => return Ok(Step::Eof),
+            Ok(n) => n,
+            Err(_) if short > 0 => short,
+            Err(e) if is_transient(&e) => return Ok(Step::Nothing),
+            Err(e) => return Err((true, e)),
         };
         let mut done = 0;
         while done < n {
@@ -167,7 +363,11 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, (bool, io::Error)> {
                 Ok(0) => return Err((false, io::ErrorKind::WriteZero.into())),
                 Ok(k) => done += k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Ok(Step::Partial(n, buf[done..n].to_vec()));
+                    let rest = buf[done..n].to_vec();
+                    return Ok(Step::Partial {
+                        written: done,
+                        rest,
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err((false, e)),
@@ -177,68 +377,9 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, (bool, io::Error)> {
     })
 }
 
-/// Move bytes `from` → `to` until EOF (then half-close `to`) or an error,
-/// which comes back tagged with the side whose socket failed.
-async fn pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    from_side: Side,
-    shared: &Shared<'_>,
-) -> Result<(), (Side, io::Error)> {
-    let to_side = match from_side {
-        Side::Client => Side::Backend,
-        Side::Backend => Side::Client,
-    };
-    let tag = |(reading, e): (bool, io::Error)| (if reading { from_side } else { to_side }, e);
-    loop {
-        from.readable().await.map_err(|e| (from_side, e))?;
-        for _ in 0..STEPS_PER_WAKE {
-            match step(from, to).map_err(tag)? {
-                Step::Moved(n) => shared.moved(to_side, n),
-                Step::Partial(n, rest) => {
-                    write_all(to, &rest).await.map_err(|e| (to_side, e))?;
-                    shared.moved(to_side, n);
-                }
-                Step::Drained => break,
-                Step::Eof => {
-                    // The first EOF decides whose close it was; later ones lose the race.
-                    let _ = shared.first_eof.compare_exchange(
-                        0,
-                        from_side as u8,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    );
-                    return sockopt::shutdown_write(to).map_err(|e| (to_side, e));
-                }
-            }
-        }
-    }
-}
-
-async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        match to.try_write(data) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => to.writable().await?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Resolves once no byte has moved for `timeout`; never without one.
-async fn idle(shared: &Shared<'_>, timeout: Option<Duration>) {
-    let Some(timeout) = timeout else {
-        return std::future::pending().await;
-    };
-    loop {
-        let last = shared.base + Duration::from_millis(shared.last_ms.load(Ordering::Relaxed));
-        let deadline = last + timeout;
-        if Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep_until(deadline).await;
-    }
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }

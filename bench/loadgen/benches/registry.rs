@@ -65,7 +65,6 @@ fn measure(
     let token = CancellationToken::new();
     let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
     let entry = ConnEntry {
-        started: tokio::time::Instant::now(),
         client: SocketAddr::from(([127, 0, 0, 1], 40000)),
         closer: Arc::new(Closer::child_of(&token)),
     };
