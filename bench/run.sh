@@ -86,6 +86,8 @@ if [ "$MICRO" = 1 ]; then
     mapfile -t BENCH_BINS < <(cargo bench --quiet "${LG_CARGO[@]}" --bench registry --bench footprint \
         --no-run --message-format=json-render-diagnostics |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
+    # A process substitution hides cargo's exit status: check what came out.
+    [ ${#BENCH_BINS[@]} -eq 2 ] || log "FAILED: micro-benchmark build (see the errors above)"
 fi
 PIN="$ROOT/target/release/pin-proxy"
 LG="$ROOT/target/loadgen/release/loadgen"

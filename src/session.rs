@@ -32,7 +32,8 @@ pub fn serve(
     let started = Instant::now();
     let closer = Arc::new(Closer::new());
     // An `async move` block over the arguments rather than an `async fn`:
-    // the arguments are stored once, not again as locals.
+    // the same body as an `async fn` makes a 424-byte future, not 320
+    // (the footprint bench), which tips the task from 512 bytes to 640.
     async move {
         // Taken apart inside the statement, so no whole `Leg` stays in the
         // frame across the splice.
