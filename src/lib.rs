@@ -52,6 +52,7 @@ pub mod simnode;
 pub mod sockopt;
 pub mod splice;
 pub mod status;
+pub mod workers;
 
 use std::future::Future;
 

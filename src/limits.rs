@@ -35,13 +35,15 @@ pub fn raise_nofile() -> FileLimit {
 }
 
 /// How many client connections the process can hold at once with its
-/// current open-file limit: two descriptors each, after a reserve for
-/// listeners, probes, the admin endpoint and logs. Accepting stops at this
-/// number (clients wait in the backlog) instead of running out of
-/// descriptors mid-connection.
+/// current open-file limit: two descriptors each, after the descriptors
+/// already open (listeners, the runtimes' epoll instances, logs: call this
+/// once they are) and a reserve for probes, the admin endpoint and reloads.
+/// Accepting stops at this number (clients wait in the backlog) instead of
+/// running out of descriptors mid-connection.
 pub fn connection_budget() -> usize {
     let limit = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
-    let reserve = (limit / 4).clamp(16, 256);
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    let reserve = (limit / 4).clamp(16, 256) + open;
     let budget = limit.saturating_sub(reserve) / 2;
     usize::try_from(budget)
         .unwrap_or(usize::MAX)

@@ -21,6 +21,7 @@ use crate::config::{Config, IpNet, PoolConfig};
 use crate::control::{Control, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
+use crate::workers::Workers;
 use crate::{admin, limits, listener, notify, rebalance, sockopt};
 
 /// How long shutdown waits for connections to finish closing.
@@ -32,8 +33,9 @@ struct Listen {
     configured: SocketAddr,
     local: SocketAddr,
     token: CancellationToken,
-    /// Bound but not yet accepting.
-    pending: Option<TcpListener>,
+    /// Bound (one socket per data worker, `SO_REUSEPORT`) but not yet
+    /// accepting.
+    pending: Vec<std::net::TcpListener>,
 }
 
 impl Listen {
@@ -60,6 +62,8 @@ pub struct Server {
     shared: listener::Shared,
     control: Control,
     reloads: mpsc::Receiver<ReloadRequest>,
+    /// Last: dropped (stopped) after everything that runs on them.
+    workers: Workers,
 }
 
 impl Server {
@@ -78,11 +82,12 @@ impl Server {
     /// The first address that cannot be bound.
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
         let root = CancellationToken::new();
+        let workers = Workers::per_core().context("start the data workers")?;
         let pools = config
             .pools
             .iter()
             .map(|pc| {
-                let listens = bind_all(pc, &pc.listen)?;
+                let listens = bind_all(pc, &pc.listen, workers.len())?;
                 let pool = Arc::new(Pool::new(pc.clone(), root.child_token()));
                 let listens = adopt(&pool, listens);
                 Ok(PoolRun { pool, listens })
@@ -116,6 +121,7 @@ impl Server {
             tracker,
             control,
             reloads,
+            workers,
         })
     }
 
@@ -181,7 +187,7 @@ impl Server {
         let run = &mut self.pools[i];
         prober.watch(&run.pool);
         self.tracker.spawn(rebalance::run(run.pool.clone()));
-        start_accepting(run, &self.shared);
+        start_accepting(run, &self.shared, &self.workers);
     }
 
     /// Re-read the config file and apply it. Everything that can fail
@@ -210,7 +216,8 @@ impl Server {
                 .copied()
                 .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.serves(*a))))
                 .collect();
-            let listens = bind_all(pc, &wanted).map_err(|e| format!("{e:#}"))?;
+            let listens =
+                bind_all(pc, &wanted, self.workers.len()).map_err(|e| format!("{e:#}"))?;
             fresh.insert(pc.name.clone(), listens);
         }
         let mut next = Vec::new();
@@ -240,7 +247,7 @@ impl Server {
         }
         self.pools = next;
         for run in &mut self.pools {
-            start_accepting(run, &self.shared);
+            start_accepting(run, &self.shared, &self.workers);
         }
         self.control.set_pools(self.pools());
         if new.admin != self.config.admin || new.log != self.config.log {
@@ -251,30 +258,48 @@ impl Server {
     }
 }
 
-/// Start the accept loops of the pool's listeners that are not accepting yet.
-fn start_accepting(run: &mut PoolRun, shared: &listener::Shared) {
+/// Start the accept loops of the pool's listeners that are not accepting
+/// yet: each socket of a listener on its own data worker.
+fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, workers: &Workers) {
     for l in &mut run.listens {
-        if let Some(listener) = l.pending.take() {
-            let task =
-                listener::accept_loop(listener, run.pool.clone(), l.token.clone(), shared.clone());
-            shared.tracker.spawn(task);
+        for (i, listener) in l.pending.drain(..).enumerate() {
+            let (pool, token, shared2) = (run.pool.clone(), l.token.clone(), shared.clone());
+            let local = l.local;
+            let task = async move {
+                // Registered with the worker's own epoll instance.
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => listener::accept_loop(listener, pool, token, shared2).await,
+                    Err(e) => error!(pool = %pool.name, listen = %local, err = %e, "accept_failed"),
+                }
+            };
+            workers.handle(i).spawn(shared.tracker.track_future(task));
         }
     }
 }
 
-/// Bind `addrs` for pool `pc`, logging `listening` for each. The
-/// listeners are not tied to a pool until [`adopt`]ed.
-fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr]) -> anyhow::Result<Vec<Listen>> {
+/// Bind `addrs` for pool `pc`, `sockets` times each (one per data worker,
+/// on the same port), logging `listening` for each address. The listeners
+/// are not tied to a pool until [`adopt`]ed.
+fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr], sockets: usize) -> anyhow::Result<Vec<Listen>> {
     let name = &pc.name;
     let mut out = Vec::new();
     for addr in addrs {
-        let listener = sockopt::bind(*addr, Some(&pc.keepalive))
-            .with_context(|| format!("pool {name}: bind {addr}"))?;
+        let bind = |at: SocketAddr| {
+            sockopt::bind_std(at, Some(&pc.keepalive), true)
+                .with_context(|| format!("pool {name}: bind {addr}"))
+        };
+        let first = bind(*addr)?;
+        // A port-0 address: the rest join the port the first one got.
+        let local = first.local_addr()?;
+        let mut pending = vec![first];
+        for _ in 1..sockets {
+            pending.push(bind(local)?);
+        }
         out.push(Listen {
             configured: *addr,
-            local: listener.local_addr()?,
+            local,
             token: CancellationToken::new(),
-            pending: Some(listener),
+            pending,
         });
     }
     for l in &out {

@@ -50,18 +50,32 @@ pub fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
 /// `0.0.0.0` can be bound side by side, non-blocking. With `keepalive`,
 /// [`tune`]d before it listens, so every client it accepts starts tuned.
 pub fn bind(addr: SocketAddr, keepalive: Option<&Keepalive>) -> io::Result<TcpListener> {
+    TcpListener::from_std(bind_std(addr, keepalive, false)?)
+}
+
+/// As [`bind`], not yet registered with any runtime; with `reuse_port`,
+/// one of a group of sockets on the same address (`SO_REUSEPORT`: the
+/// kernel spreads clients across them).
+pub fn bind_std(
+    addr: SocketAddr,
+    keepalive: Option<&Keepalive>,
+    reuse_port: bool,
+) -> io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
         sock.set_only_v6(true)?;
     }
     sock.set_reuse_address(true)?;
+    if reuse_port {
+        sock.set_reuse_port(true)?;
+    }
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
     if let Some(keepalive) = keepalive {
         tune(&sock, keepalive)?;
     }
     sock.listen(BACKLOG)?;
-    TcpListener::from_std(sock.into())
+    Ok(sock.into())
 }
 
 #[cfg(test)]
