@@ -288,6 +288,7 @@ fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr], sockets: usize) -> anyhow::Re
             sockopt::bind_std(at, Some(&pc.keepalive), true)
                 .with_context(|| format!("pool {name}: bind {addr}"))
         };
+        sockopt::check_free(*addr).with_context(|| format!("pool {name}: bind {addr}"))?;
         let first = bind(*addr)?;
         // A port-0 address: the rest join the port the first one got.
         let local = first.local_addr()?;

@@ -53,6 +53,22 @@ pub fn bind(addr: SocketAddr, keepalive: Option<&Keepalive>) -> io::Result<TcpLi
     TcpListener::from_std(bind_std(addr, keepalive, false)?)
 }
 
+/// Fail with `AddrInUse` if something already listens on `addr`, even a
+/// group of `SO_REUSEPORT` sockets (another pin-proxy): those would let a
+/// second group join silently and share the clients. Binds without
+/// listening, so no client can land here, then lets go.
+pub fn check_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())
+}
+
 /// As [`bind`], not yet registered with any runtime; with `reuse_port`,
 /// one of a group of sockets on the same address (`SO_REUSEPORT`: the
 /// kernel spreads clients across them).
@@ -114,5 +130,23 @@ mod tests {
         let sock = SockRef::from(&accepted);
         assert!(!sock.tcp_nodelay().unwrap());
         assert!(!sock.keepalive().unwrap());
+    }
+
+    /// A second instance must not join the first one's `SO_REUSEPORT`
+    /// group and share its clients: the check refuses the address.
+    #[tokio::test]
+    async fn a_reuse_port_group_is_not_joined_by_a_second_one() {
+        let first = bind_std("127.0.0.1:0".parse().unwrap(), None, true).unwrap();
+        let taken = first.local_addr().unwrap();
+        let err = check_free(taken).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+        // Without the check the kernel would have let it in.
+        assert!(bind_std(taken, None, true).is_ok());
+        drop(first);
+        let free = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        check_free(free).unwrap();
     }
 }
