@@ -425,3 +425,53 @@ impl Drop for Lease {
         self.pool.unregister(self.backend, self.conn);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn pool() -> Arc<Pool> {
+        let yaml =
+            "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()))
+    }
+
+    fn entry() -> ConnEntry {
+        ConnEntry {
+            client: "127.0.0.1:5".parse().unwrap(),
+            closer: Arc::new(Closer::new()),
+        }
+    }
+
+    #[test]
+    fn stop_closes_registered_connections_and_later_ones() {
+        let pool = pool();
+        let before = entry();
+        let (_lease, _) = pool.reserve(1, before.clone(), &[]).unwrap();
+        assert!(!before.closer.is_closing());
+        pool.stop("pool_removed");
+        assert!(pool.token.is_cancelled());
+        assert!(before.closer.is_closing());
+        assert_eq!(before.closer.reason(), "pool_removed");
+        // A client accepted just before the stop registers just after it:
+        // it must not be left running on a stopped pool.
+        let after = entry();
+        let (_lease, _) = pool.reserve(2, after.clone(), &[]).unwrap();
+        assert!(after.closer.is_closing());
+        assert_eq!(after.closer.reason(), "pool_removed");
+    }
+
+    #[test]
+    fn a_closer_is_movable_only_while_spliced_and_open() {
+        let closer = Closer::new();
+        assert!(!closer.is_movable(), "still connecting");
+        closer.set_spliced();
+        assert!(closer.is_movable());
+        closer.close("drained");
+        closer.close("rebalanced");
+        assert!(!closer.is_movable());
+        assert_eq!(closer.reason(), "drained", "the first reason wins");
+    }
+}
