@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use faults_support::{
     PY_STREAMER, Py, Wrapped, admin_addr, alive, fd_count, live_connections, ms, require_peers,
-    tcp_sockets, wait_events,
+    tcp_sockets, wait_named,
 };
-use serde_json::Value;
 use support::nodes::{BlackHole, Node};
 use support::proxy::{Proxy, binary};
 use support::{wait_until, within};
@@ -25,17 +24,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 const T: Duration = Duration::from_secs(10);
-
-/// Wait (async) for `n` events named `name` matching `pred`.
-async fn wait_named(
-    proxy: &Proxy,
-    name: &str,
-    n: usize,
-    timeout: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Vec<Value> {
-    wait_events(|| proxy.named(name), n, timeout, pred, name).await
-}
 
 async fn roundtrip(c: &mut TcpStream, msg: &[u8]) {
     c.write_all(msg).await.unwrap();

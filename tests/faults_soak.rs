@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use faults_support::{
     Rng, Verifier, admin_addr, fd_count, fill_at, live_connections, long_run, ms, rss_kib,
-    soak_secs, wait_events,
+    soak_secs, wait_named,
 };
 use serde_json::Value;
 use socket2::SockRef;
@@ -26,17 +26,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const T: Duration = Duration::from_secs(10);
-
-/// Wait (async) for `n` events named `name` matching `pred`.
-async fn wait_named(
-    proxy: &Proxy,
-    name: &str,
-    n: usize,
-    timeout: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Vec<Value> {
-    wait_events(|| proxy.named(name), n, timeout, pred, name).await
-}
 
 /// Write bytes `0..len` of stream `seed` to `w`.
 async fn send_stream(

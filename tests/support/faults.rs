@@ -473,3 +473,14 @@ pub fn admin_addr(events: &[Value]) -> SocketAddr {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+/// Wait (async) for `n` events named `name` matching `pred`.
+pub async fn wait_named(
+    proxy: &crate::support::proxy::Proxy,
+    name: &str,
+    n: usize,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    wait_events(|| proxy.named(name), n, timeout, pred, name).await
+}
