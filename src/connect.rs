@@ -2,9 +2,14 @@
 //! within one `connect_timeout` budget.
 
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use rustix::io::Errno;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// Why a backend connect failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +61,6 @@ impl ConnectError {
     /// This process ran out of descriptors or memory: says nothing about
     /// the backend.
     pub fn is_local(&self) -> bool {
-        use rustix::io::Errno;
         let ConnectError::Connect { source, .. } = self else {
             return false;
         };
@@ -77,28 +81,34 @@ impl ConnectError {
 /// Resolve `addr` (`host:port`) now, so a node that changed address is
 /// followed, and connect to the first address that answers.
 ///
+/// The budget is a deadline, and its timer is armed only when a step has
+/// to wait: a literal address resolves at once, and a backend on loopback
+/// or a LAN has finished the handshake after one turn of the event loop.
+/// (A timer armed per connection costs a wake-up of the loop's own poll
+/// to take the new deadline into account.)
+///
 /// # Errors
 /// A [`ConnectError`] saying which step failed.
 pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, ConnectError> {
-    match tokio::time::timeout(timeout, connect_any(addr)).await {
-        Ok(result) => result,
-        Err(_elapsed) => Err(ConnectError::Timeout {
-            addr: addr.to_owned(),
-            timeout,
-        }),
-    }
-}
-
-async fn connect_any(addr: &str) -> Result<TcpStream, ConnectError> {
+    let deadline = Instant::now() + timeout;
+    let timed_out = || ConnectError::Timeout {
+        addr: addr.to_owned(),
+        timeout,
+    };
     let resolve_err = |source| ConnectError::Resolve {
         addr: addr.to_owned(),
         source,
     };
+    let addrs = tokio::time::timeout_at(deadline, tokio::net::lookup_host(addr))
+        .await
+        .map_err(|_elapsed| timed_out())?
+        .map_err(resolve_err)?;
     let mut last = None;
-    for sa in tokio::net::lookup_host(addr).await.map_err(resolve_err)? {
-        match TcpStream::connect(sa).await {
+    for sa in addrs {
+        match connect_addr(sa, deadline).await {
             Ok(stream) => return Ok(stream),
-            Err(e) => last = Some(e),
+            Err(Step::Failed(e)) => last = Some(e),
+            Err(Step::TimedOut) => return Err(timed_out()),
         }
     }
     Err(match last {
@@ -111,4 +121,81 @@ async fn connect_any(addr: &str) -> Result<TcpStream, ConnectError> {
             "no addresses found",
         )),
     })
+}
+
+/// How connecting to one address ended, short of success.
+enum Step {
+    Failed(io::Error),
+    TimedOut,
+}
+
+impl From<io::Error> for Step {
+    fn from(e: io::Error) -> Step {
+        Step::Failed(e)
+    }
+}
+
+/// A non-blocking connect to `sa`, done by `deadline`.
+///
+/// Success is read from the readiness the event loop reports (writable,
+/// neither error nor hang-up), as HAProxy does; `SO_ERROR` is fetched only
+/// when the event says the connect failed. That saves a syscall per
+/// backend leg.
+async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, Step> {
+    let socket = Socket::new(
+        Domain::for_address(sa),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    match socket.connect(&sa.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(Errno::INPROGRESS.raw_os_error()) => {}
+        Err(e) => return Err(Step::Failed(e)),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    // Let the loop poll once before any timer is armed: see `connect`.
+    tokio::task::yield_now().await;
+    let ready = tokio::time::timeout_at(deadline, stream.ready(Interest::WRITABLE))
+        .await
+        .map_err(|_elapsed| Step::TimedOut)??;
+    if ready.is_write_closed() || ready.is_error() {
+        if let Some(e) = stream.take_error()? {
+            return Err(Step::Failed(e));
+        }
+    }
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connects_and_reports_refusal_from_the_event_alone() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = connect(&addr.to_string(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert_eq!(stream.local_addr().unwrap(), accepted.peer_addr().unwrap());
+
+        drop(listener);
+        let err = connect(&addr.to_string(), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "refused", "{err}");
+    }
+
+    #[tokio::test]
+    async fn every_address_of_a_name_is_tried() {
+        // `localhost` resolves to ::1 and 127.0.0.1 here (in either order);
+        // only the IPv4 one listens.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stream = connect(&format!("localhost:{port}"), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(stream.peer_addr().unwrap().ip().is_loopback());
+    }
 }
