@@ -158,10 +158,10 @@ async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, St
     let ready = tokio::time::timeout_at(deadline, stream.ready(Interest::WRITABLE))
         .await
         .map_err(|_elapsed| Step::TimedOut)??;
-    if ready.is_write_closed() || ready.is_error() {
-        if let Some(e) = stream.take_error()? {
-            return Err(Step::Failed(e));
-        }
+    if (ready.is_write_closed() || ready.is_error())
+        && let Some(e) = stream.take_error()?
+    {
+        return Err(Step::Failed(e));
     }
     Ok(stream)
 }
