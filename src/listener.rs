@@ -47,18 +47,22 @@ pub async fn accept_loop(
     let mut tuned = pool.config().keepalive;
     let mut backoff: Option<Duration> = None;
     let mut failures: u64 = 0;
+    // One wait for the whole loop: each new one would join (and leave) the
+    // token's waiter list, under its lock, twice per client.
+    let cancelled = token.cancelled();
+    tokio::pin!(cancelled);
     loop {
         // Out of descriptor budget: leave clients in the backlog until one
         // leaves, rather than accept and fail them.
         let slot = tokio::select! {
-            () = token.cancelled() => return,
+            () = &mut cancelled => return,
             s = shared.slots.clone().acquire_owned() => match s {
                 Ok(slot) => slot,
                 Err(_closed) => return,
             },
         };
         let accepted = tokio::select! {
-            () = token.cancelled() => return,
+            () = &mut cancelled => return,
             r = listener.accept() => r,
         };
         match accepted {
@@ -97,7 +101,7 @@ pub async fn accept_loop(
                 }
                 backoff = Some(pause);
                 tokio::select! {
-                    () = token.cancelled() => return,
+                    () = &mut cancelled => return,
                     () = tokio::time::sleep(pause) => {}
                 }
             }
