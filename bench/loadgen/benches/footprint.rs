@@ -37,7 +37,10 @@ async fn main() -> anyhow::Result<()> {
     drop(splice);
     let slot = Arc::new(Semaphore::new(1)).acquire_owned().await?;
     let serve = pin_proxy::session::serve(pool.clone(), accepted, peer, 1, (admission, slot));
-    println!("| `session::serve` (the task's future) | {} |", size_of_val(&serve));
+    println!(
+        "| `session::serve` (the task's future) | {} |",
+        size_of_val(&serve)
+    );
     println!(
         "| `tokio::net::TcpStream` (each of 2) | {} |",
         size_of_val(&other)

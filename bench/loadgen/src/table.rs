@@ -65,6 +65,10 @@ const ROWS: &[(&str, &[Metric])] = &[
         &[m("pp1", "p50_us", Lower, 1.0), m("pp1", "rps", Higher, 1.0)],
     ),
     (
+        "ping-pong 64 B, 1 conn pinned (same): p99 µs",
+        &[m("pp1", "p99_us", Lower, 1.0)],
+    ),
+    (
         "proxy CPU µs per request (same)",
         &[m("pp1", "cpu_us_per_req", Lower, 1.0)],
     ),
@@ -74,6 +78,10 @@ const ROWS: &[(&str, &[Metric])] = &[
             m("pp64", "rps", Higher, 1.0),
             m("pp64", "p99_us", Lower, 1.0),
         ],
+    ),
+    (
+        "ping-pong 64 B, 64 conns: p50 µs",
+        &[m("pp64", "p50_us", Lower, 1.0)],
     ),
     (
         "proxy CPU µs per request (64 conns)",
