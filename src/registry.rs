@@ -299,12 +299,28 @@ impl Pool {
         self.config.store(Arc::new(config));
     }
 
-    /// Whether a client that chose `backend` while it was usable should
-    /// still go there: it is usable, or nothing else is.
-    pub fn still_wanted(&self, backend: BackendId) -> bool {
+    /// A client's backend leg to `backend` is up: mark it spliced (from
+    /// then on drain and rebalance may close it) and return true, unless
+    /// the backend was usable when chosen (`chosen_usable`) and has been
+    /// taken out since while another is usable: then false, and the client
+    /// should go elsewhere. Under the pool lock, as drains are: a drain
+    /// either came first (false here) or sees the connection spliced and
+    /// closes it, so no client lands on a drained backend.
+    pub fn splice_if_wanted(
+        &self,
+        backend: BackendId,
+        chosen_usable: bool,
+        closer: &Closer,
+    ) -> bool {
         let backends = self.backends();
         let usable = |b: &Backend| b.health.is_usable();
-        backends.iter().any(|b| b.id == backend && usable(b)) || !backends.iter().any(usable)
+        let wanted =
+            backends.iter().any(|b| b.id == backend && usable(b)) || !backends.iter().any(usable);
+        if chosen_usable && !wanted {
+            return false;
+        }
+        closer.set_spliced();
+        true
     }
 
     /// Stop the pool: cancel its token (listeners, rebalancer) and close
@@ -461,6 +477,44 @@ mod tests {
         let (_lease, _) = pool.reserve(2, after.clone(), &[]).unwrap();
         assert!(after.closer.is_closing());
         assert_eq!(after.closer.reason(), "pool_removed");
+    }
+
+    /// Drained before its connect finished: goes elsewhere. Spliced
+    /// first: the drain closes it. Never left on a drained backend.
+    #[test]
+    fn a_connect_that_races_a_drain_never_stays_on_the_drained_backend() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        let a = pool.backends()[0].id;
+
+        let early = entry();
+        let (_lease, target) = pool.reserve(1, early.clone(), &[]).unwrap();
+        assert_eq!(target.id, a);
+        let late = entry();
+        let (_lease, _) = pool.reserve(2, late.clone(), &[]).unwrap();
+        // `late` is still connecting to B; `early`'s leg to A is up.
+        assert!(pool.splice_if_wanted(a, true, &early.closer));
+        pool.quarantine("a", std::time::Duration::from_secs(60))
+            .unwrap();
+        assert!(
+            early.closer.is_closing(),
+            "spliced before the drain: closed by it"
+        );
+        assert_eq!(early.closer.reason(), "drained");
+        // A third client that chose A before the quarantine, connected after.
+        let third = entry();
+        assert!(
+            !pool.splice_if_wanted(a, true, &third.closer),
+            "goes elsewhere"
+        );
+        assert!(!third.closer.is_movable());
+        // With nothing usable, fail-open: whatever it chose, it stays.
+        pool.quarantine("b", std::time::Duration::from_secs(60))
+            .unwrap();
+        assert!(pool.splice_if_wanted(a, true, &third.closer));
+        assert!(pool.splice_if_wanted(a, false, &late.closer));
     }
 
     #[test]

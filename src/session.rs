@@ -90,7 +90,6 @@ async fn open(
                 return None;
             }
         };
-    closer.set_spliced();
     if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
         debug!(pool = %pool.name, conn, backend = %target.config.name, %err, "socket options on backend failed");
     }
@@ -126,15 +125,15 @@ async fn connect_some(
             () = entry.closer.closed() => return Err(entry.closer.reason()),
         };
         match result {
-            // The backend went bad while we connected and a good one exists:
-            // go there instead of landing on a node about to be drained.
-            Ok(_) if target.usable && !pool.still_wanted(target.id) => {
-                debug!(pool = %pool.name, backend = %target.config.name, conn, "connect_superseded");
-            }
             Ok(stream) => {
-                pool.record_connect(target.id, attempt, true);
-                debug!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
-                return Ok((lease, target, stream));
+                if pool.splice_if_wanted(target.id, target.usable, &entry.closer) {
+                    pool.record_connect(target.id, attempt, true);
+                    debug!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
+                    return Ok((lease, target, stream));
+                }
+                // The backend went bad while we connected and a good one
+                // exists: go there instead of landing on a drained node.
+                debug!(pool = %pool.name, backend = %target.config.name, conn, "connect_superseded");
             }
             Err(err) if err.is_local() => {
                 log_failure(pool, &target, conn, peer, &err);

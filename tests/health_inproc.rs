@@ -116,22 +116,23 @@ impl Running {
         .await;
     }
 
-    /// Client connections registered on backends now.
-    fn placed(&self) -> usize {
-        self.pool
-            .status()
-            .backends
-            .iter()
-            .map(|b| b.connections)
-            .sum()
+    /// A client through the proxy, once its backend leg is up. Placed is
+    /// not enough: a client still connecting is not drained, and if its
+    /// backend is taken out meanwhile it goes to another one.
+    async fn client(&self) -> TcpStream {
+        let before = self.spliced();
+        let stream = TcpStream::connect(self.addr()).await.unwrap();
+        wait_until("client spliced", T, || self.spliced() > before).await;
+        stream
     }
 
-    /// A client through the proxy, once the proxy has placed it on a backend.
-    async fn client(&self) -> TcpStream {
-        let before = self.placed();
-        let stream = TcpStream::connect(self.addr()).await.unwrap();
-        wait_until("client placed", T, || self.placed() > before).await;
-        stream
+    /// Client connections spliced to a backend and not closing.
+    fn spliced(&self) -> usize {
+        self.pool
+            .backends()
+            .iter()
+            .map(|b| b.conns.values().filter(|e| e.closer.is_movable()).count())
+            .sum()
     }
 
     /// Whether every connection on backend `name` is still open (not asked
