@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod p2p;
+pub mod pow;
 pub mod wire;
 
 use std::fmt;
