@@ -22,7 +22,8 @@
 //! - [`limits`]: the open-file limit at start-up.
 //! - [`logging`]: tracing setup (JSON or text, stdout or daily file).
 //! - [`probe`]: health probes, one kind per file.
-//! - [`simnode`]: a simulated P2P node for the demo and tests.
+//! - [`simnode`], [`simchain`]: a simulated P2P node for the demo and tests,
+//!   and the regtest headers it proves its height with.
 
 #![warn(missing_docs)]
 // No panic reachable from the network or the config: no unwrap/expect outside tests.
@@ -48,6 +49,7 @@ pub mod registry;
 pub mod select;
 pub mod server;
 pub mod session;
+pub mod simchain;
 pub mod simnode;
 pub mod sockopt;
 pub mod splice;

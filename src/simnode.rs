@@ -1,8 +1,9 @@
 //! A simulated Bitcoin-family P2P node for the demo and tests.
 //!
 //! It answers the `version` handshake with a height you set, answers `ping`
-//! with `pong`, ignores everything else and holds connections open until the
-//! peer leaves. It can be stopped (listener and every connection closed),
+//! with `pong`, answers `getheaders` with valid regtest headers up to that
+//! height (on the regtest magic), ignores everything else and holds
+//! connections open until the peer leaves. It can be stopped (listener and every connection closed),
 //! restarted on the same address, and made silent (accepts, never answers).
 //! It relays and validates nothing.
 
@@ -18,7 +19,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
+use crate::probe::pow::{self, Hash};
 use crate::probe::wire::{self, Decoder, Magic, VersionParams};
+use crate::simchain::SimChain;
+
+/// The regtest message start: the one network whose headers can be mined
+/// on the fly (`litecoin-regtest`'s rules).
+const REGTEST: Magic = [0xfa, 0xbf, 0xb5, 0xda];
 
 /// Pause after a failed accept (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -39,6 +46,10 @@ struct Shared {
     magic: Magic,
     height: AtomicU64,
     silent: AtomicBool,
+    /// Headers are served up to this height at most (a liar's is below
+    /// its announced height).
+    headers_to: AtomicU64,
+    chain: Option<SimChain>,
     accepted: AtomicUsize,
     live: AtomicUsize,
 }
@@ -63,6 +74,10 @@ impl SimNode {
                 magic,
                 height: AtomicU64::new(height),
                 silent: AtomicBool::new(false),
+                headers_to: AtomicU64::new(u64::MAX),
+                chain: (magic == REGTEST)
+                    .then(|| pow::params("litecoin-regtest").map(SimChain::new))
+                    .flatten(),
                 accepted: AtomicUsize::new(0),
                 live: AtomicUsize::new(0),
             }),
@@ -85,6 +100,12 @@ impl SimNode {
     /// Announce `height` from the next handshake on.
     pub fn set_height(&self, height: u64) {
         self.shared.height.store(height, Ordering::Relaxed);
+    }
+
+    /// Serve headers only up to `height`, whatever height is announced: a
+    /// node that claims more than it can prove.
+    pub fn set_headers_to(&self, height: u64) {
+        self.shared.headers_to.store(height, Ordering::Relaxed);
     }
 
     /// Silent: accept connections (and read them) but never answer anything,
@@ -189,7 +210,7 @@ async fn accept_loop(
                 tracker.spawn(async move {
                     tokio::select! {
                         () = cancel.cancelled() => {}
-                        result = converse(stream, peer, &live.0) => {
+                        result = converse(stream, peer, live.0.clone()) => {
                             if let Err(err) = result {
                                 debug!(client = %peer, err = %err, "simnode_closed");
                             }
@@ -225,7 +246,7 @@ impl Drop for Live {
 }
 
 /// Serve one peer until it closes, sends garbage or fails.
-async fn converse(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) -> io::Result<()> {
+async fn converse(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) -> io::Result<()> {
     let mut decoder = Decoder::new(shared.magic);
     let mut buf = vec![0u8; 16 * 1024];
     let mut greeted = false;
@@ -245,7 +266,7 @@ async fn converse(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) -> i
             match msg.command.as_str() {
                 "version" if !greeted => {
                     greeted = true;
-                    let mut reply = our_version(shared, peer, stream.local_addr()?);
+                    let mut reply = our_version(&shared, peer, stream.local_addr()?);
                     reply.extend(wire::encode(shared.magic, "verack", &[]));
                     stream.write_all(&reply).await?;
                 }
@@ -254,10 +275,57 @@ async fn converse(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) -> i
                     let pong = wire::encode(shared.magic, "pong", &msg.payload);
                     stream.write_all(&pong).await?;
                 }
+                "getheaders" if shared.chain.is_some() => {
+                    let reply = headers_reply(&shared, &msg.payload).await?;
+                    stream.write_all(&reply).await?;
+                }
                 _ => {}
             }
         }
     }
+}
+
+/// The `headers` answer to a `getheaders` payload, mined off the async threads.
+async fn headers_reply(shared: &Arc<Shared>, payload: &[u8]) -> io::Result<Vec<u8>> {
+    let locator = parse_locator(payload)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed getheaders"))?;
+    let height = shared
+        .height
+        .load(Ordering::Relaxed)
+        .min(shared.headers_to.load(Ordering::Relaxed));
+    let shared = shared.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        shared
+            .chain
+            .as_ref()
+            .map(|chain| chain.headers_after(&locator, height))
+            .unwrap_or_default()
+    })
+    .await
+    .map_err(io::Error::other)?;
+    let mut body = Vec::with_capacity(3 + found.len() * 81);
+    wire::put_var_int(&mut body, found.len() as u64);
+    for header in &found {
+        body.extend_from_slice(&header.raw);
+        body.push(0);
+    }
+    Ok(wire::encode(REGTEST, "headers", &body))
+}
+
+/// The locator hashes of a `getheaders` payload.
+fn parse_locator(payload: &[u8]) -> Option<Vec<Hash>> {
+    let mut rest = payload.get(4..)?;
+    let count = wire::take_var_int(&mut rest, "getheaders").ok()?;
+    if count > 101 {
+        return None;
+    }
+    let hashes = rest.get(..32 * count as usize)?;
+    Some(
+        hashes
+            .chunks_exact(32)
+            .filter_map(|c| <Hash>::try_from(c).ok())
+            .collect(),
+    )
 }
 
 fn our_version(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> Vec<u8> {

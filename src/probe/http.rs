@@ -211,16 +211,10 @@ pub fn parse_blockbook(body: &[u8]) -> Result<(bool, u64), String> {
 
 fn judge_blockbook(body: &[u8]) -> Report {
     match parse_blockbook(body) {
-        Ok((true, height)) => Report {
-            verdict: Verdict::Healthy,
-            height: Some(height),
-            detail: format!("height {height}"),
-        },
-        Ok((false, height)) => Report {
-            verdict: Verdict::Unhealthy,
-            height: Some(height),
-            detail: "inSync false".into(),
-        },
+        Ok((true, height)) => {
+            Report::with_height(Verdict::Healthy, height, format!("height {height}"))
+        }
+        Ok((false, height)) => Report::with_height(Verdict::Unhealthy, height, "inSync false"),
         Err(detail) => Report::new(Verdict::Unknown, detail),
     }
 }

@@ -3,6 +3,8 @@
 //! A probe only observes; what a verdict does to a backend (hysteresis,
 //! lag, quarantine) is decided in `health`.
 
+pub mod chain;
+pub mod headers;
 pub mod http;
 pub mod p2p;
 pub mod pow;
@@ -51,6 +53,8 @@ pub struct Report {
     pub height: Option<u64>,
     /// Why, in a few words (`refused`, `bad checksum`, `inSync false` ...).
     pub detail: String,
+    /// Whether the height was proven by the node's headers.
+    pub proof: headers::Proof,
 }
 
 impl Report {
@@ -60,6 +64,15 @@ impl Report {
             verdict,
             height: None,
             detail: detail.into(),
+            proof: headers::Proof::NotAsked,
+        }
+    }
+
+    /// A report of a height, not (yet) proven.
+    pub fn with_height(verdict: Verdict, height: u64, detail: impl Into<String>) -> Report {
+        Report {
+            height: Some(height),
+            ..Report::new(verdict, detail)
         }
     }
 }

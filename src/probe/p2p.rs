@@ -1,11 +1,17 @@
-//! Bitcoin-family P2P `version` handshake probe: reads a node's `start_height`.
+//! Bitcoin-family P2P probe: the `version` handshake reads a node's
+//! `start_height`; when a backend's claim needs proving, the same connection
+//! asks for the headers behind it ([`super::headers`]).
 //!
 //! Connect, send our `version`, read until the node's `version` (skipping
-//! whatever comes before it), send `verack`, close. A failed connect is
-//! `down`; a node that was reached but gave no answer we understand is
-//! `unknown`. The whole probe, connect included, ends within its timeout and
-//! reads at most [`MAX_READ`] bytes.
+//! whatever comes before it), send `verack`, prove if asked, close. A failed
+//! connect is `down`, and so is a node that accepts and then closes or
+//! resets before its `version`: that is how a node that banned us (or stopped
+//! taking peers) treats every client too. A node that was reached but gave
+//! no answer we understand is `unknown`. The whole probe, connect included,
+//! ends within its timeout and reads at most [`MAX_READ`] bytes before the
+//! `version`.
 
+use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -14,36 +20,72 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
-use super::wire::{self, Decoder, HEADER_LEN, Magic, Version, VersionParams};
+use super::chain::Chain;
+use super::headers::{self, Proof};
+use super::wire::{self, Decoder, Magic, Message, Version, VersionParams};
 use super::{Report, Verdict};
 
 /// Most bytes read from a node while waiting for its `version`.
 pub const MAX_READ: usize = 64 * 1024;
 
+/// Most bytes read from a node while proving, on top of [`MAX_READ`].
+const MAX_PROOF_READ: usize =
+    (headers::MAX_PER_PROBE / headers::MAX_PER_MESSAGE + 1) * (headers::MAX_PAYLOAD + MAX_READ);
+
+/// What a probe may prove: the network's chain, and which claims need it.
+pub struct Proving<'a> {
+    /// What is known of the network's chain.
+    pub chain: &'a Chain,
+    /// True for a claimed height that must be proven.
+    pub wanted: &'a (dyn Fn(u64) -> bool + Send + Sync),
+}
+
 /// Probe the node at `addr` (`host:port`) on the network of `magic`.
 ///
 /// Never panics; returns within `timeout` (plus scheduling delay).
 pub async fn probe(addr: &str, magic: Magic, timeout: Duration) -> Report {
+    probe_proving(addr, magic, timeout, None).await
+}
+
+/// [`probe`], and prove the claimed height when `proving` wants it.
+pub async fn probe_proving(
+    addr: &str,
+    magic: Magic,
+    timeout: Duration,
+    proving: Option<Proving<'_>>,
+) -> Report {
     let now = Instant::now();
     // A timeout too large to add is as good as none; a day bounds it anyway.
     let deadline = now
         .checked_add(timeout)
         .unwrap_or_else(|| now + Duration::from_secs(86_400));
-    let mut stream = match connect(addr, deadline).await {
+    let stream = match connect(addr, deadline).await {
         Ok(stream) => stream,
         Err(detail) => return Report::new(Verdict::Down, detail),
     };
-    match timeout_at(deadline, handshake(&mut stream, magic)).await {
-        Ok(Ok(height)) => Report {
-            verdict: Verdict::Healthy,
-            height: Some(height),
-            detail: format!("height {height}"),
-        },
-        Ok(Err(detail)) => Report::new(Verdict::Unknown, detail),
-        Err(_) => Report::new(
-            Verdict::Unknown,
-            format!("no version within {}", humantime::format_duration(timeout)),
-        ),
+    let mut peer = Peer::new(stream, magic);
+    let height = match timeout_at(deadline, peer.handshake()).await {
+        Ok(Ok(height)) => height,
+        Ok(Err(Failure::Closed(detail))) => return Report::new(Verdict::Down, detail),
+        Ok(Err(Failure::Garbled(detail))) => return Report::new(Verdict::Unknown, detail),
+        Err(_) => {
+            return Report::new(
+                Verdict::Unknown,
+                format!("no version within {}", humantime::format_duration(timeout)),
+            );
+        }
+    };
+    let proof = match proving {
+        Some(p) if (p.wanted)(height) => {
+            peer.budget = MAX_PROOF_READ;
+            headers::prove(&mut peer, p.chain, height, deadline).await
+        }
+        _ => Proof::NotAsked,
+    };
+    peer.close().await;
+    Report {
+        proof,
+        ..Report::with_height(Verdict::Healthy, height, format!("height {height}"))
     }
 }
 
@@ -59,7 +101,7 @@ async fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
         match timeout_at(deadline, TcpStream::connect(target)).await {
             Err(_) => return Err("connect timed out".into()),
             Ok(Ok(stream)) => return Ok(stream),
-            Ok(Err(err)) if err.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Ok(Err(err)) if err.kind() == io::ErrorKind::ConnectionRefused => {
                 last = "refused".into();
             }
             Ok(Err(err)) => last = format!("connect: {err}"),
@@ -68,65 +110,140 @@ async fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
     Err(last)
 }
 
-/// Exchange versions; the node's non-negative `start_height`, or why not.
-async fn handshake(stream: &mut TcpStream, magic: Magic) -> Result<u64, String> {
-    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-    let params = VersionParams {
-        services: 0,
-        timestamp: wire::unix_now(),
-        receiver: stream.peer_addr().unwrap_or(unspecified),
-        sender: stream.local_addr().unwrap_or(unspecified),
-        nonce: wire::random_nonce(),
-        user_agent: wire::user_agent(),
-        start_height: 0,
-    };
-    let hello = wire::encode(magic, "version", &wire::version_payload(&params));
-    stream
-        .write_all(&hello)
-        .await
-        .map_err(|err| format!("send version: {err}"))?;
-    let version = read_version(stream, magic).await?;
-    let height = u64::try_from(version.start_height)
-        .map_err(|_| format!("negative start height {}", version.start_height))?;
-    // The answer is in hand: a node that hangs up before our verack or close
-    // changes nothing, so these failures are only worth a debug line.
-    let verack = wire::encode(magic, "verack", &[]);
-    if let Err(err) = stream.write_all(&verack).await {
-        debug!(err = %err, "probe_verack_failed");
-    } else if let Err(err) = stream.shutdown().await {
-        debug!(err = %err, "probe_shutdown_failed");
-    }
-    Ok(height)
+/// Why a handshake failed.
+#[derive(Debug)]
+enum Failure {
+    /// The node closed or reset the connection: it refuses us.
+    Closed(String),
+    /// It sent something we do not understand.
+    Garbled(String),
 }
 
-/// Read messages until the node's `version`, within [`MAX_READ`] bytes.
-async fn read_version(stream: &mut TcpStream, magic: Magic) -> Result<Version, String> {
-    // A payload that cannot fit in the read budget is refused from its header.
-    let mut decoder = Decoder::with_max_payload(magic, MAX_READ - HEADER_LEN);
-    let mut buf = [0u8; 4096];
-    let mut total = 0;
-    loop {
-        while let Some(msg) = decoder.next_message().map_err(|err| err.to_string())? {
+/// A framed P2P connection within a read budget.
+pub struct Peer {
+    stream: TcpStream,
+    magic: Magic,
+    decoder: Decoder,
+    read: usize,
+    budget: usize,
+    /// The message we wait for, for errors.
+    awaiting: &'static str,
+}
+
+impl Peer {
+    fn new(stream: TcpStream, magic: Magic) -> Peer {
+        Peer {
+            stream,
+            magic,
+            // Anything larger than a full `headers` message is refused from its header.
+            decoder: Decoder::with_max_payload(magic, headers::MAX_PAYLOAD),
+            read: 0,
+            budget: MAX_READ,
+            awaiting: "version",
+        }
+    }
+
+    /// Exchange versions and send our `verack`; the node's non-negative
+    /// `start_height`, or why not.
+    async fn handshake(&mut self) -> Result<u64, Failure> {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let params = VersionParams {
+            services: 0,
+            timestamp: wire::unix_now(),
+            receiver: self.stream.peer_addr().unwrap_or(unspecified),
+            sender: self.stream.local_addr().unwrap_or(unspecified),
+            nonce: wire::random_nonce(),
+            user_agent: wire::user_agent(),
+            start_height: 0,
+        };
+        self.send("version", &wire::version_payload(&params))
+            .await
+            .map_err(|err| Failure::Closed(format!("send version: {err}")))?;
+        let version = loop {
+            let msg = self.recv().await?;
             if msg.command == "version" {
-                return Version::parse(&msg.payload).map_err(|err| err.to_string());
+                break Version::parse(&msg.payload).map_err(|e| Failure::Garbled(e.to_string()))?;
+            }
+        };
+        let height = u64::try_from(version.start_height).map_err(|_| {
+            Failure::Garbled(format!("negative start height {}", version.start_height))
+        })?;
+        // The answer is in hand: a node that hangs up now changes nothing.
+        if let Err(err) = self.send("verack", &[]).await {
+            debug!(err = %err, "probe_verack_failed");
+        }
+        Ok(height)
+    }
+
+    /// Send `getheaders` with `payload` and return the `headers` answer,
+    /// answering pings meanwhile.
+    ///
+    /// # Errors
+    /// Why no answer came: closed, garbled, or over the read budget.
+    pub async fn request(&mut self, payload: &[u8]) -> Result<Vec<u8>, String> {
+        self.awaiting = "headers";
+        self.send("getheaders", payload)
+            .await
+            .map_err(|err| format!("send getheaders: {err}"))?;
+        loop {
+            let msg = self.recv().await.map_err(|f| match f {
+                Failure::Closed(d) | Failure::Garbled(d) => d,
+            })?;
+            match msg.command.as_str() {
+                "headers" => return Ok(msg.payload),
+                "ping" => {
+                    if let Err(err) = self.send("pong", &msg.payload).await {
+                        return Err(format!("send pong: {err}"));
+                    }
+                }
+                _ => {}
             }
         }
-        if total >= MAX_READ {
-            return Err(format!("no version in the first {MAX_READ} bytes"));
-        }
-        let want = buf.len().min(MAX_READ - total);
-        let n = stream
-            .read(&mut buf[..want])
+    }
+
+    async fn send(&mut self, command: &str, payload: &[u8]) -> io::Result<()> {
+        self.stream
+            .write_all(&wire::encode(self.magic, command, payload))
             .await
-            .map_err(|err| format!("read: {err}"))?;
-        if n == 0 {
-            return Err(match decoder.finish() {
-                Ok(()) => "closed before version".into(),
-                Err(err) => format!("closed mid-message: {err}"),
-            });
+    }
+
+    /// The next message, within the read budget.
+    async fn recv(&mut self) -> Result<Message, Failure> {
+        let mut buf = [0u8; 8 * 1024];
+        loop {
+            if let Some(msg) = self
+                .decoder
+                .next_message()
+                .map_err(|err| Failure::Garbled(err.to_string()))?
+            {
+                return Ok(msg);
+            }
+            if self.read >= self.budget {
+                return Err(Failure::Garbled(format!(
+                    "no {} in the first {} bytes",
+                    self.awaiting, self.budget
+                )));
+            }
+            let want = buf.len().min(self.budget - self.read);
+            let n = match self.stream.read(&mut buf[..want]).await {
+                Ok(n) => n,
+                Err(err) => return Err(Failure::Closed(format!("read: {err}"))),
+            };
+            if n == 0 {
+                return Err(Failure::Closed(match self.decoder.finish() {
+                    Ok(()) => format!("closed before {}", self.awaiting),
+                    Err(err) => format!("closed mid-message: {err}"),
+                }));
+            }
+            self.read += n;
+            self.decoder.feed(&buf[..n]);
         }
-        total += n;
-        decoder.feed(&buf[..n]);
+    }
+
+    async fn close(&mut self) {
+        if let Err(err) = self.stream.shutdown().await {
+            debug!(err = %err, "probe_shutdown_failed");
+        }
     }
 }
 
@@ -200,11 +317,7 @@ mod tests {
         let report = probe(&node.addr().to_string(), LTC, SHORT).await;
         assert_eq!(
             report,
-            Report {
-                verdict: Verdict::Healthy,
-                height: Some(2_812_345),
-                detail: "height 2812345".into()
-            }
+            Report::with_height(Verdict::Healthy, 2_812_345, "height 2812345")
         );
     }
 
@@ -326,8 +439,17 @@ mod tests {
         assert_unknown(&report, "bad checksum on version");
     }
 
+    fn assert_down(report: &Report, detail: &str) {
+        assert_eq!(report.verdict, Verdict::Down, "{report:?}");
+        assert_eq!(report.height, None);
+        assert!(
+            report.detail.contains(detail),
+            "{report:?} lacks {detail:?}"
+        );
+    }
+
     #[tokio::test]
-    async fn truncated_then_closed_is_unknown() {
+    async fn truncated_then_closed_is_down() {
         let msg = version_at(LTC, 5);
         let addr = fake_node(move |mut s| async move {
             let mut buf = [0u8; 1024];
@@ -337,7 +459,37 @@ mod tests {
         })
         .await;
         let report = probe(&addr, LTC, SHORT).await;
-        assert_unknown(&report, "closed mid-message: truncated message: 40 of");
+        assert_down(&report, "closed mid-message: truncated message: 40 of");
+    }
+
+    /// What a node that banned our address does: accept, close at once.
+    #[tokio::test]
+    async fn accepted_then_closed_at_once_is_down() {
+        let addr = fake_node(|s| async move { drop(s) }).await;
+        let report = probe(&addr, LTC, SHORT).await;
+        assert_down(&report, "");
+        assert!(
+            ["closed before version", "read: ", "send version: "]
+                .iter()
+                .any(|d| report.detail.starts_with(d)),
+            "{report:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn accepted_then_reset_is_down() {
+        let addr = fake_node(|s| async move {
+            // SO_LINGER 0: close sends a reset.
+            socket2::SockRef::from(&s)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+            let mut s = s;
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+        })
+        .await;
+        let report = probe(&addr, LTC, SHORT).await;
+        assert_down(&report, "reset");
     }
 
     #[tokio::test]

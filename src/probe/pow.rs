@@ -251,7 +251,7 @@ impl ChainParams {
         let in_turn = match self.retarget {
             Retarget::Never => bits == prev.bits,
             Retarget::MinDifficulty => true,
-            Retarget::Periodic if height % RETARGET_INTERVAL != 0 => bits == prev.bits,
+            Retarget::Periodic if !height.is_multiple_of(RETARGET_INTERVAL) => bits == prev.bits,
             Retarget::Periodic => {
                 target(prev.bits).is_some_and(|old| shr2(old) <= goal && goal <= shl2(old))
             }

@@ -169,7 +169,8 @@ fn put_net_addr(out: &mut Vec<u8>, addr: SocketAddr) {
     out.extend_from_slice(&addr.port().to_be_bytes());
 }
 
-fn put_var_int(out: &mut Vec<u8>, n: u64) {
+/// Append `n` as a CompactSize.
+pub fn put_var_int(out: &mut Vec<u8>, n: u64) {
     match n {
         0..=0xfc => out.push(n as u8),
         0xfd..=0xffff => {
@@ -244,6 +245,20 @@ impl Version {
             relay,
         })
     }
+}
+
+/// Read a CompactSize off the front of `bytes`, part of a `command` payload.
+///
+/// # Errors
+/// [`WireError::Malformed`] when cut short or not canonically encoded.
+pub fn take_var_int(bytes: &mut &[u8], command: &'static str) -> Result<u64, WireError> {
+    let mut r = Reader(bytes);
+    let n = r.var_int().map_err(|err| match err {
+        WireError::Malformed { reason, .. } => WireError::Malformed { command, reason },
+        other => other,
+    })?;
+    *bytes = r.0;
+    Ok(n)
 }
 
 fn malformed(reason: impl Into<String>) -> WireError {

@@ -1,0 +1,181 @@
+//! Proving a height claim: ask the node for headers up to the height it
+//! claims (`getheaders`) and check that they attach to a block we know,
+//! link, and carry their proof of work (see [`super::pow`]).
+//!
+//! A node that has the chain it claims always can answer; a liar cannot
+//! forge the work. What a proof checks is learned by the shared [`Chain`],
+//! so the next proof (of this node or another) starts where it ended and
+//! costs one round trip in the steady state.
+
+use tokio::time::Instant;
+
+use super::chain::Chain;
+use super::p2p::Peer;
+use super::pow::{ChainParams, HEADER_LEN, Hash, Header, PowError, Tip};
+use super::wire::{self, PROTOCOL_VERSION};
+
+/// Most headers a node sends in one `headers` message.
+pub const MAX_PER_MESSAGE: usize = 2000;
+/// Largest `headers` payload: a count and up to 2000 headers, each with a
+/// (zero) transaction count.
+pub const MAX_PAYLOAD: usize = 3 + MAX_PER_MESSAGE * (HEADER_LEN + 9);
+/// Most headers checked in one probe; a longer proof resumes at the next.
+pub const MAX_PER_PROBE: usize = 20 * MAX_PER_MESSAGE;
+
+/// What became of a height claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
+    /// Nobody needed it proven (it would make no other backend lag).
+    NotAsked,
+    /// The node served valid headers up to the claimed height.
+    Proven,
+    /// It did not, and why.
+    Unproven(String),
+}
+
+/// Ask the peer for headers up to `claim` and check them, before `deadline`.
+pub async fn prove(peer: &mut Peer, chain: &Chain, claim: u64, deadline: Instant) -> Proof {
+    match tokio::time::timeout_at(deadline, Proving::new(chain, claim).run(peer)).await {
+        Ok(proof) => proof,
+        Err(_) => Proof::Unproven(format!("headers for height {claim} did not arrive in time")),
+    }
+}
+
+/// One proof in progress.
+struct Proving<'a> {
+    chain: &'a Chain,
+    claim: u64,
+    /// The known header the checked run attaches to.
+    from: Option<Tip>,
+    /// Headers checked so far, in order.
+    run: Vec<Tip>,
+}
+
+impl<'a> Proving<'a> {
+    fn new(chain: &'a Chain, claim: u64) -> Proving<'a> {
+        Proving {
+            chain,
+            claim,
+            from: None,
+            run: Vec::new(),
+        }
+    }
+
+    async fn run(mut self, peer: &mut Peer) -> Proof {
+        let locator = self.chain.locator(self.claim);
+        loop {
+            let asked: Vec<Hash> = match self.run.last() {
+                Some(last) => vec![last.hash],
+                None => locator.iter().map(|t| t.hash).collect(),
+            };
+            let payload = getheaders(&asked);
+            let headers = match peer.request(&payload).await.and_then(|p| parse(&p)) {
+                Ok(headers) => headers,
+                Err(detail) => return Proof::Unproven(detail),
+            };
+            let reached = self.run.last().or(locator.first()).map_or(0, |t| t.height);
+            let Some(first) = headers.first() else {
+                return Proof::Unproven(format!(
+                    "no headers above height {reached} (claimed {})",
+                    self.claim
+                ));
+            };
+            let start = match (self.run.last(), self.from) {
+                (Some(last), _) => *last,
+                (None, _) => match locator.iter().find(|t| t.hash == first.prev()) {
+                    Some(known) => *known,
+                    None => return Proof::Unproven("headers attach to no block we know".into()),
+                },
+            };
+            self.from.get_or_insert(start);
+            let full = headers.len() == MAX_PER_MESSAGE;
+            let checked = match check(self.chain.params(), start, headers).await {
+                Ok(tips) => tips,
+                Err(detail) => return Proof::Unproven(format!("invalid headers: {detail}")),
+            };
+            self.run.extend(checked);
+            if let Some(from) = self.from {
+                self.chain.learn(from, &self.run);
+            }
+            let height = self.run.last().map_or(reached, |t| t.height);
+            if height >= self.claim {
+                return Proof::Proven;
+            }
+            if !full {
+                return Proof::Unproven(format!(
+                    "headers end at height {height}, below the claimed {}",
+                    self.claim
+                ));
+            }
+            if self.run.len() >= MAX_PER_PROBE {
+                return Proof::Unproven(format!(
+                    "headers checked to height {height} of {}; the proof goes on at the next probe",
+                    self.claim
+                ));
+            }
+        }
+    }
+}
+
+/// Check `headers` as successors of `start`, off the async threads (scrypt
+/// costs real CPU).
+async fn check(
+    params: &'static ChainParams,
+    start: Tip,
+    headers: Vec<Header>,
+) -> Result<Vec<Tip>, String> {
+    let work = move || -> Result<Vec<Tip>, PowError> {
+        let mut prev = start;
+        let mut out = Vec::with_capacity(headers.len());
+        for header in &headers {
+            prev = params.check(&prev, header)?;
+            out.push(prev);
+        }
+        Ok(out)
+    };
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(|err| err.to_string()),
+        Err(err) => Err(format!("check stopped: {err}")),
+    }
+}
+
+/// A `getheaders` message body: our version, the locator, no stop hash.
+pub fn getheaders(locator: &[Hash]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 9 + 32 * (locator.len() + 1));
+    out.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    wire::put_var_int(&mut out, locator.len() as u64);
+    for hash in locator {
+        out.extend_from_slice(hash);
+    }
+    out.extend_from_slice(&[0u8; 32]);
+    out
+}
+
+/// A `headers` message body: a count, then each 80-byte header with a
+/// transaction count (zero from an honest node; any value is skipped).
+///
+/// # Errors
+/// More than [`MAX_PER_MESSAGE`] headers, or a body cut short.
+pub fn parse(payload: &[u8]) -> Result<Vec<Header>, String> {
+    let mut rest = payload;
+    let count = wire::take_var_int(&mut rest, "headers").map_err(|e| e.to_string())?;
+    if count > MAX_PER_MESSAGE as u64 {
+        return Err(format!(
+            "malformed headers payload: {count} headers in one message"
+        ));
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let Some((raw, tail)) = rest.split_first_chunk::<HEADER_LEN>() else {
+            return Err("malformed headers payload: cut short".into());
+        };
+        rest = tail;
+        wire::take_var_int(&mut rest, "headers").map_err(|e| e.to_string())?;
+        out.push(Header { raw: *raw });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "headers_tests.rs"]
+mod tests;
