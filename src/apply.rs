@@ -11,6 +11,8 @@ use tracing::{debug, info, warn};
 
 use crate::config::PoolConfig;
 use crate::health::{Effect, Policy, Reason, State, Verdict};
+use crate::lag::{self, Claim, Judgement};
+use crate::probe::headers::Proof;
 use crate::probe::{self, Report};
 use crate::registry::{Backend, BackendId, OUTCOMES, Pool, ProbeRecord, REASONS};
 
@@ -22,6 +24,37 @@ pub struct UnknownBackend {
     pub pool: String,
     /// The name asked for.
     pub backend: String,
+}
+
+/// The heights of `backends` other than `except` that the lag rule weighs:
+/// those whose state comes from their probes (not quarantined for another
+/// reason).
+fn claims(backends: &[Backend], except: BackendId) -> Vec<Claim> {
+    backends
+        .iter()
+        .filter(|b| b.id != except)
+        .filter_map(|b| {
+            let state = b.health.state();
+            let weighed = matches!(state, State::Healthy | State::Unknown | State::Lagging);
+            Some(Claim {
+                height: b.height.filter(|_| weighed)?,
+                proven: b.proven,
+                healthy: state == State::Healthy,
+            })
+        })
+        .collect()
+}
+
+/// The detail of a claim that does not count.
+fn unproven(height: u64, best_other: u64, max_lag: u64, proof: &Proof) -> String {
+    let why = match proof {
+        Proof::Unproven(why) => why.as_str(),
+        Proof::Proven | Proof::NotAsked => "this probe cannot prove heights",
+    };
+    format!(
+        "height {height} not counted: more than {max_lag} blocks above every other backend \
+         (best {best_other}) and not proven: {why}"
+    )
 }
 
 impl Pool {
@@ -56,16 +89,19 @@ impl Pool {
         Pool::find(&mut backends, backend).map(|b| b.health.epoch)
     }
 
+    /// True when `backend`'s claim of `height` counts only once proven: it
+    /// would make another backend lag, and no other backend is near it.
+    pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {
+        let max_lag = self.config().health.max_lag_blocks;
+        let backends = self.backends();
+        lag::needs_proof(height, &claims(&backends, backend), max_lag)
+    }
+
     /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
     pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
         let config = self.config();
         let mut backends = self.backends();
-        // Lag is judged against the best height among the other healthy backends.
-        let best_other = backends
-            .iter()
-            .filter(|b| b.id != backend && b.health.state() == State::Healthy)
-            .filter_map(|b| b.height)
-            .max();
+        let others = claims(&backends, backend);
         let Some(b) = Pool::find(&mut backends, backend) else {
             return;
         };
@@ -75,13 +111,21 @@ impl Pool {
         }
         if report.height.is_some() {
             b.height = report.height;
+            b.proven = report.proof == Proof::Proven;
         }
+        let max_lag = config.health.max_lag_blocks;
+        let mut detail = None;
         let verdict = match report.verdict {
-            probe::Verdict::Healthy => match (report.height, best_other) {
-                (Some(h), Some(best)) if best > h.saturating_add(config.health.max_lag_blocks) => {
-                    Verdict::Bad(Reason::Lagging)
+            probe::Verdict::Healthy => match report
+                .height
+                .map(|h| (h, lag::judge(h, b.proven, &others, max_lag)))
+            {
+                Some((_, Judgement::Lagging { .. })) => Verdict::Bad(Reason::Lagging),
+                Some((h, Judgement::Unproven { best_other })) => {
+                    detail = Some(unproven(h, best_other, max_lag, &report.proof));
+                    Verdict::Unknown
                 }
-                _ => Verdict::Healthy,
+                Some((_, Judgement::Fine)) | None => Verdict::Healthy,
             },
             probe::Verdict::Unknown => Verdict::Unknown,
             probe::Verdict::Unhealthy => Verdict::Bad(Reason::Unhealthy),
@@ -95,16 +139,17 @@ impl Pool {
         if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
             b.stats.probes[i].fetch_add(1, Ordering::Relaxed);
         }
+        let detail = detail.unwrap_or_else(|| report.detail.clone());
         if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
             info!(
                 pool = %self.name, backend = %b.config.name, outcome,
-                height = report.height, detail = report.detail.as_str(), "probe"
+                height = report.height, detail = detail.as_str(), "probe"
             );
         }
         b.last_probe = Some(ProbeRecord {
             at: SystemTime::now(),
             outcome,
-            detail: report.detail.clone(),
+            detail,
         });
         let was_usable = b.health.is_usable();
         let effect = b.health.probe(verdict, now, &Policy::of(&config));

@@ -10,6 +10,7 @@
 //! - [`select`]: least-used choice (pure).
 //! - [`registry`]: per-pool backends, health, live connections, counters.
 //! - [`health`]: backend states and their transitions (pure).
+//! - [`lag`]: which heights count as the reference, who trails it (pure).
 //! - [`apply`]: applies connect outcomes, probe reports and manual commands
 //!   to a pool; drains.
 //! - [`prober`]: probe scheduling, one task per distinct target.
@@ -37,6 +38,7 @@ pub mod connect;
 pub mod control;
 pub mod demo;
 pub mod health;
+pub mod lag;
 pub mod limits;
 pub mod listener;
 pub mod logging;

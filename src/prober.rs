@@ -17,8 +17,9 @@ use tracing::warn;
 
 use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
 use crate::connect;
+use crate::probe::chain::Chain;
 use crate::probe::http::HttpProber;
-use crate::probe::{Report, Verdict, p2p};
+use crate::probe::{Report, Verdict, p2p, pow};
 use crate::registry::{BackendId, Pool};
 
 /// What makes two backends' probes the same probe.
@@ -28,6 +29,8 @@ struct Target {
     addr: String,
     url: Option<String>,
     magic: [u8; 4],
+    /// Network name: whose headers prove a height.
+    network: String,
     interval: Duration,
     timeout: Duration,
 }
@@ -46,6 +49,8 @@ type Subscribers = Arc<Subs>;
 #[derive(Clone)]
 pub struct Prober {
     targets: Arc<Mutex<HashMap<Target, Subscribers>>>,
+    /// What is known of each network's chain, shared by its probes.
+    chains: Arc<Mutex<HashMap<&'static str, Arc<Chain>>>>,
     http: Option<Arc<HttpProber>>,
     tracker: TaskTracker,
     token: CancellationToken,
@@ -63,6 +68,7 @@ impl Prober {
         };
         Prober {
             targets: Arc::default(),
+            chains: Arc::default(),
             http,
             tracker,
             token,
@@ -110,6 +116,7 @@ impl Prober {
             addr: backend.addr.clone(),
             url: url.as_ref().map(|u| u.expose().to_string()),
             magic: h.magic,
+            network: h.network.clone(),
             interval: h.interval,
             timeout: h.timeout,
         };
@@ -135,7 +142,7 @@ impl Prober {
             };
             let report = tokio::select! {
                 () = self.token.cancelled() => return,
-                r = self.run(&target, url.as_ref()) => r,
+                r = self.run(&target, url.as_ref(), &live) => r,
             };
             let now = Instant::now();
             for (pool, id, epoch) in live {
@@ -177,14 +184,28 @@ impl Prober {
         )
     }
 
-    async fn run(&self, target: &Target, url: Option<&SecretUrl>) -> Report {
+    async fn run(
+        &self,
+        target: &Target,
+        url: Option<&SecretUrl>,
+        live: &[(Arc<Pool>, BackendId, u64)],
+    ) -> Report {
         let (addr, timeout) = (target.addr.as_str(), target.timeout);
         match (target.kind, url, &self.http) {
+            (ProbeKind::BitcoinP2p, _, _) => {
+                // A claim is proven only when some pool would act on it.
+                let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
+                let chain = self.chain(&target.network);
+                let proving = chain.as_deref().map(|chain| p2p::Proving {
+                    chain,
+                    wanted: &wanted,
+                });
+                p2p::probe_proving(addr, target.magic, timeout, proving).await
+            }
             (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
                 Ok(_) => Report::new(Verdict::Healthy, "connected"),
                 Err(err) => Report::new(Verdict::Down, err.kind()),
             },
-            (ProbeKind::BitcoinP2p, _, _) => p2p::probe(addr, target.magic, timeout).await,
             (ProbeKind::Blockbook, Some(url), Some(http)) => {
                 http.blockbook(addr, url, timeout).await
             }
@@ -193,6 +214,20 @@ impl Prober {
                 Report::new(Verdict::Unknown, "no HTTP client")
             }
         }
+    }
+}
+
+impl Prober {
+    /// The shared chain of `network`; none for a custom magic.
+    fn chain(&self, network: &str) -> Option<Arc<Chain>> {
+        let params = pow::params(network)?;
+        let mut chains = lock(&self.chains);
+        Some(
+            chains
+                .entry(params.name)
+                .or_insert_with(|| Arc::new(Chain::new(params)))
+                .clone(),
+        )
     }
 }
 

@@ -165,6 +165,8 @@ pub struct Backend {
     pub health: BackendHealth,
     /// Last block height a probe read.
     pub height: Option<u64>,
+    /// That height was proven by the node's headers.
+    pub proven: bool,
     /// Last probe result.
     pub last_probe: Option<ProbeRecord>,
     /// Live connections, oldest first.
@@ -181,6 +183,7 @@ impl Backend {
             config: Arc::new(config),
             health: BackendHealth::default(),
             height: None,
+            proven: false,
             last_probe: None,
             conns: BTreeMap::new(),
             stats: Arc::default(),
