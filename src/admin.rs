@@ -2,13 +2,20 @@
 //! bounds that keep a slow or hostile admin client from stalling the proxy or
 //! other admin clients. The routes themselves live in `admin/routes.rs`.
 //!
-//! Bounds: at most [`MAX_CONNECTIONS`] admin connections at once (excess ones
-//! are closed at once), request heads within [`HEAD_TIMEOUT`] and
-//! [`MAX_HEAD`] bytes, bodies within [`MAX_BODY`] bytes, each
-//! request answered within a fixed budget, and each connection closed
-//! (gracefully) after [`CONNECTION_LIFETIME`].
+//! Bounds: a client outside `admin.allow` is closed at once, unread, and
+//! takes nothing. An allowed one takes one of [`MAX_CONNECTIONS`] slots, at
+//! most [`MAX_PER_SOURCE`] per source address (`admin/slots.rs`). Its request
+//! heads must arrive within [`HEAD_TIMEOUT`] (which also ends an idle
+//! keep-alive) and [`MAX_HEAD`] bytes, bodies within [`MAX_BODY`] bytes, each
+//! request is answered within a fixed budget, and the connection is closed
+//! (gracefully) after [`CONNECTION_LIFETIME`]. When its slots are taken, a
+//! connection is served by the reserve instead: up to [`RESERVE`] at once,
+//! one request within [`RESERVE_HEAD_TIMEOUT`], `/healthz` answered and
+//! anything else refused with a quick 503 (or 429 for the per-source share),
+//! so a monitor always gets an answer and nothing is closed silently.
 
 mod routes;
+mod slots;
 
 pub use routes::{
     AdminRequest, BackendAnswer, ErrorAnswer, MAX_BODY, REQUEST_TIMEOUT, Refusal, parse_request,
@@ -30,16 +37,26 @@ use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
 use crate::control::Control;
+use slots::{NoSlot, Slots};
 
-/// Admin connections served at once; more are closed on accept.
+/// Admin connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
-/// Time a client gets to send a complete request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Of those, the most one source address (IPv4, or IPv6 /64) may hold.
+pub const MAX_PER_SOURCE: usize = 16;
+/// Time a client gets to send a complete request head, and the longest a
+/// keep-alive connection may sit idle between requests. A head on a
+/// working network arrives in well under this.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest request head (request line and headers), in bytes.
 pub const MAX_HEAD: usize = 16 * 1024;
 /// A connection is asked to close (after its current request) this long
 /// after it was accepted.
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Connections answered by the reserve at once, when the slots are taken;
+/// beyond this they are closed at once.
+pub const RESERVE: usize = 256;
+/// Time a reserve connection gets to send its one request head.
+pub const RESERVE_HEAD_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a closing connection may take to finish its request.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Accept errors back off from this...
@@ -51,14 +68,15 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// accepting, let open requests finish (briefly) and return.
 ///
 /// Clients outside `allow` (IPv4-mapped IPv6 addresses matched as IPv4; an
-/// empty list allows nobody) get 403 on every route.
+/// empty list allows nobody) are closed at once, before anything is read.
 pub async fn serve(
     listener: TcpListener,
     allow: Vec<IpNet>,
     control: Control,
     token: CancellationToken,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Slots::new(MAX_CONNECTIONS, MAX_PER_SOURCE);
+    let reserve = Arc::new(Semaphore::new(RESERVE));
     let tracker = TaskTracker::new();
     let ctx = Arc::new(routes::Ctx {
         control,
@@ -86,19 +104,31 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            debug!(client = %peer, reason = "max_connections", "admin_rejected");
-            continue; // dropping the stream closes it
-        };
-        let allowed = allowed(&allow, peer);
-        if !allowed {
+        if !allowed(&allow, peer) {
             debug!(client = %peer, reason = "allow", "admin_rejected");
+            continue; // dropping the stream closes it, unread
         }
-        let (ctx, token) = (ctx.clone(), token.clone());
-        tracker.spawn(async move {
-            connection(stream, peer, allowed, ctx, token).await;
-            drop(slot);
-        });
+        let token = token.clone();
+        match slots.take(peer.ip()) {
+            Ok(slot) => {
+                let ctx = ctx.clone();
+                tracker.spawn(async move {
+                    connection(stream, peer, ctx, token).await;
+                    drop(slot);
+                });
+            }
+            Err(full) => {
+                let Ok(permit) = reserve.clone().try_acquire_owned() else {
+                    debug!(client = %peer, reason = "reserve_full", "admin_rejected");
+                    continue;
+                };
+                debug!(client = %peer, reason = full.as_str(), "admin_busy");
+                tracker.spawn(async move {
+                    reserved(stream, peer, full, token).await;
+                    drop(permit);
+                });
+            }
+        }
     }
     tracker.close();
     if tokio::time::timeout(CLOSE_GRACE * 2, tracker.wait())
@@ -117,26 +147,30 @@ pub fn allowed(allow: &[IpNet], peer: SocketAddr) -> bool {
     !allow.is_empty() && crate::listener::allowed(allow, peer)
 }
 
+/// The HTTP/1.1 settings every admin connection shares.
+fn builder(head_timeout: Duration, keep_alive: bool) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout)
+        .max_buf_size(MAX_HEAD)
+        .max_headers(64)
+        .keep_alive(keep_alive);
+    builder
+}
+
 /// Serve one admin connection (HTTP/1.1, keep-alive) within its bounds.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    allowed: bool,
     ctx: Arc<routes::Ctx>,
     token: CancellationToken,
 ) {
     let service = service_fn(move |req| {
         let ctx = ctx.clone();
-        async move { Ok::<_, Infallible>(routes::respond(req, peer, allowed, &ctx).await) }
+        async move { Ok::<_, Infallible>(routes::respond(req, peer, &ctx).await) }
     });
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_buf_size(MAX_HEAD)
-        .max_headers(64)
-        .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let conn = builder(HEAD_TIMEOUT, true).serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let done = tokio::select! {
         r = conn.as_mut() => Some(r),
@@ -160,6 +194,25 @@ async fn connection(
     if let Err(err) = result {
         // Timeouts, malformed requests, peers that went away: theirs to fix.
         debug!(client = %peer, err = %err, "admin_connection_error");
+    }
+}
+
+/// Answer one request on a connection that found no slot (`full` says
+/// why): `/healthz` as usual, anything else a quick refusal; then close.
+async fn reserved(stream: TcpStream, peer: SocketAddr, full: NoSlot, token: CancellationToken) {
+    let service =
+        service_fn(
+            move |req| async move { Ok::<_, Infallible>(routes::reserved(&req, peer, full)) },
+        );
+    let conn = builder(RESERVE_HEAD_TIMEOUT, false).serve_connection(TokioIo::new(stream), service);
+    let result = tokio::select! {
+        r = tokio::time::timeout(RESERVE_HEAD_TIMEOUT + CLOSE_GRACE, conn) => r,
+        () = token.cancelled() => return,
+    };
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => debug!(client = %peer, err = %err, "admin_connection_error"),
+        Err(_) => debug!(client = %peer, "admin_connection_timeout"),
     }
 }
 

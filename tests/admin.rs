@@ -1,8 +1,11 @@
 //! The admin endpoint and the commands that use it, against the real binary:
 //! `/status` and `/metrics` with real traffic, maintenance and reload here;
-//! error answers and bounds in `admin/errors.rs`; `pin-proxy
+//! error answers in `admin/errors.rs`; connection bounds under hostile load
+//! in `admin/bounds.rs`; `pin-proxy
 //! status|quarantine|release` in `admin/cli.rs`.
 
+#[path = "admin/bounds.rs"]
+mod bounds;
 #[path = "admin/cli.rs"]
 mod cli;
 #[path = "admin/errors.rs"]

@@ -13,14 +13,17 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::slots::NoSlot;
+use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::control::Control;
 use crate::metrics;
 use crate::status::BackendStatus;
 
 /// Largest request body accepted (bodies are ignored, but must end).
 pub const MAX_BODY: usize = 64 * 1024;
-/// Time a client gets to send its request body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client gets to send its request body (bodies are small or empty,
+/// and a slow one holds a slot).
+const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Budget for answering one request, body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// Longest manual quarantine accepted, in days: far beyond any
@@ -201,29 +204,67 @@ fn decode(segment: &str) -> Result<String, Fail> {
         .map_err(|_| Fail::new(StatusCode::BAD_REQUEST, "path is not valid UTF-8"))
 }
 
-/// Answer one request from `peer`; `allowed` is its allow-list verdict.
-pub async fn respond(req: Request<Incoming>, peer: SocketAddr, allowed: bool, ctx: &Ctx) -> Answer {
+/// Answer one request from `peer` (an allowed client holding a slot).
+pub async fn respond(req: Request<Incoming>, peer: SocketAddr, ctx: &Ctx) -> Answer {
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    let answer = if allowed {
-        match tokio::time::timeout(REQUEST_TIMEOUT, route(req, ctx)).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(fail)) => error(fail),
-            Err(_) => error(Fail::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "request timed out",
-            )),
-        }
-    } else {
-        error(Fail::new(
-            StatusCode::FORBIDDEN,
-            format!("client {} is not in admin.allow", peer.ip().to_canonical()),
-        ))
+    let answer = match tokio::time::timeout(REQUEST_TIMEOUT, route(req, ctx)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(fail)) => error(fail),
+        Err(_) => error(Fail::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "request timed out",
+        )),
     };
+    log(peer, &method, &path, &answer);
+    answer
+}
+
+/// Answer a request from `peer` that found no slot (`full` says why):
+/// `/healthz` as usual, since it needs nothing and a monitor must not see a
+/// live process as dead; anything else 503 (every slot taken) or 429 (the
+/// client's address holds its share), with `Retry-After`. The body is not
+/// read.
+pub fn reserved(req: &Request<Incoming>, peer: SocketAddr, full: NoSlot) -> Answer {
+    let answer = match parse_request(req.method(), req.uri()) {
+        Ok(AdminRequest::Healthz) => healthz(),
+        _ => {
+            let fail = match full {
+                NoSlot::Total => Fail::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("admin endpoint busy: all {MAX_CONNECTIONS} connections in use"),
+                ),
+                NoSlot::PerSource => Fail::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "too many admin connections from {} (at most {MAX_PER_SOURCE})",
+                        peer.ip().to_canonical()
+                    ),
+                ),
+            };
+            let mut answer = error(fail);
+            answer
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            answer
+        }
+    };
+    log(peer, req.method(), req.uri().path(), &answer);
+    answer
+}
+
+fn log(peer: SocketAddr, method: &Method, path: &str, answer: &Answer) {
     debug!(
         client = %peer, method = %method, path = %path,
         status = answer.status().as_u16(), "admin_request"
     );
-    answer
+}
+
+fn healthz() -> Answer {
+    answer(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        Bytes::from_static(b"ok\n"),
+    )
 }
 
 async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
@@ -256,11 +297,7 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
             })?;
             Ok(answer(StatusCode::OK, metrics::CONTENT_TYPE, text.into()))
         }
-        AdminRequest::Healthz => Ok(answer(
-            StatusCode::OK,
-            "text/plain; charset=utf-8",
-            Bytes::from_static(b"ok\n"),
-        )),
+        AdminRequest::Healthz => Ok(healthz()),
         AdminRequest::Reload => reload(ctx).await,
         AdminRequest::Quarantine {
             pool,
