@@ -82,6 +82,46 @@ impl Pool {
         }
     }
 
+    /// A client connection to `backend` that began at `started` was closed
+    /// by the backend at once, before it sent a byte: what a node that
+    /// banned our address does to every client. Counts toward
+    /// `quarantine.failures` like a failed connect, one incident once.
+    pub fn record_closed_at_once(&self, backend: BackendId, started: Instant) {
+        let config = self.config();
+        let mut backends = self.backends();
+        let Some(b) = Pool::find(&mut backends, backend) else {
+            return;
+        };
+        b.stats
+            .connect_failures_total
+            .fetch_add(1, Ordering::Relaxed);
+        let policy = Policy::of(&config);
+        let (effect, counted) = b.health.closed_at_once(started, Instant::now(), &policy);
+        b.stats
+            .closing_at_once
+            .store(b.health.closes_at_once > 0, Ordering::Relaxed);
+        if counted {
+            warn!(
+                pool = %self.name, backend = %b.config.name,
+                closes = b.health.closes_at_once, failures = policy.failures,
+                "closed_at_once"
+            );
+        }
+        if self.report(b, effect) {
+            self.drain(&mut backends, &config);
+        }
+    }
+
+    /// A client connection received bytes from `backend`: the closes at
+    /// once counted so far were not the backend refusing clients.
+    pub fn record_served(&self, backend: BackendId) {
+        let mut backends = self.backends();
+        if let Some(b) = Pool::find(&mut backends, backend) {
+            b.health.served();
+            b.stats.closing_at_once.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// The epoch of `backend` now; a probe passes it back to
     /// [`Pool::apply_probe`] so a result that raced a manual change is dropped.
     pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {

@@ -173,6 +173,10 @@ pub struct BackendHealth {
     pub strikes: u32,
     /// Consecutive connect failures from client traffic.
     pub connect_failures: u32,
+    /// Client connections the backend closed at once, with no byte sent,
+    /// since one it served: they count with `connect_failures` (a node that
+    /// banned our address accepts every connect, then closes it).
+    pub closes_at_once: u32,
     /// Consecutive bad probe verdicts.
     pub bad_probes: u32,
     /// Consecutive passed probes since the window ended.
@@ -193,6 +197,7 @@ impl Default for BackendHealth {
             quarantine: None,
             strikes: 0,
             connect_failures: 0,
+            closes_at_once: 0,
             bad_probes: 0,
             good_probes: 0,
             last_failure: None,
@@ -231,7 +236,37 @@ impl BackendHealth {
             return Effect::None;
         }
         self.connect_failures += 1;
-        if self.connect_failures < policy.failures {
+        self.strike_if_failing(now, policy)
+    }
+
+    /// A client connection that began at `started` was closed by the
+    /// backend at `now`, at once and before it sent a byte. Counts toward
+    /// `quarantine.failures` like a failed connect (one incident once).
+    /// True in the second value when it was counted (not part of an
+    /// incident already counted).
+    pub fn closed_at_once(
+        &mut self,
+        started: Instant,
+        now: Instant,
+        policy: &Policy,
+    ) -> (Effect, bool) {
+        let same_incident = self.last_failure.is_some_and(|t| started <= t);
+        self.last_failure = Some(now);
+        if same_incident || self.quarantine.is_some() {
+            return (Effect::None, false);
+        }
+        self.closes_at_once += 1;
+        (self.strike_if_failing(now, policy), true)
+    }
+
+    /// A client connection received bytes from the backend: it serves
+    /// clients, closes so far were the clients' doing.
+    pub fn served(&mut self) {
+        self.closes_at_once = 0;
+    }
+
+    fn strike_if_failing(&mut self, now: Instant, policy: &Policy) -> Effect {
+        if self.connect_failures.saturating_add(self.closes_at_once) < policy.failures {
             return Effect::None;
         }
         self.epoch += 1;
@@ -259,6 +294,7 @@ impl BackendHealth {
                         self.quarantine = None;
                         self.good_probes = 0;
                         self.connect_failures = 0;
+                        self.closes_at_once = 0;
                         self.base = State::Healthy;
                         Effect::Released
                     }

@@ -185,3 +185,50 @@ fn unknown_verdicts_keep_a_backend_usable() {
     assert_eq!(h.state(), State::Unknown);
     assert!(h.is_usable());
 }
+
+#[test]
+fn closes_at_once_count_as_failures_although_every_connect_succeeds() {
+    // A node that banned our address: every connect succeeds, every
+    // connection is closed at once.
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    let mut effects = Vec::new();
+    for i in 0..3u32 {
+        let at = t + S * i;
+        h.connect_succeeded();
+        effects.push(h.closed_at_once(at, at, &p));
+    }
+    assert_eq!(
+        effects,
+        [
+            (Effect::None, true),
+            (Effect::None, true),
+            (q(Reason::ConnectFailures, 10 * S), true)
+        ]
+    );
+    assert_eq!(h.state(), State::Down);
+}
+
+#[test]
+fn closes_at_once_of_one_incident_count_once_and_a_served_client_resets() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    // Three clients connected at t, all closed: one incident.
+    for _ in 0..3 {
+        h.closed_at_once(t, t + S, &p);
+    }
+    assert_eq!(h.closes_at_once, 1);
+    // A failed connect adds to the same count.
+    assert_eq!(h.connect_failed(t + 2 * S, t + 2 * S, &p), Effect::None);
+    // A connection the node served: the closes were the clients' doing.
+    h.served();
+    assert_eq!(
+        h.closed_at_once(t + 3 * S, t + 3 * S, &p),
+        (Effect::None, true)
+    );
+    assert!(h.is_usable());
+    assert_eq!(
+        h.connect_failed(t + 4 * S, t + 4 * S, &p),
+        q(Reason::ConnectFailures, 10 * S)
+    );
+}

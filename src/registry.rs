@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
@@ -109,8 +109,12 @@ impl Closer {
 pub struct BackendStats {
     /// Client connections spliced to it.
     pub connections_total: AtomicU64,
-    /// Failed connects from client traffic.
+    /// Failed connects from client traffic (closes at once included).
     pub connect_failures_total: AtomicU64,
+    /// Some client connections were closed at once since one was served:
+    /// the next one that receives bytes tells the pool (see
+    /// [`Pool::record_served`]). Read without the lock on every close.
+    pub closing_at_once: AtomicBool,
     /// Bytes client → backend.
     pub bytes_up: AtomicU64,
     /// Bytes backend → client.

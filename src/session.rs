@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -43,6 +44,7 @@ pub fn serve(
                 None => return,
             };
         let out = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer).await;
+        judge_ending(&pool, &target, &out, started);
         drop(lease);
         drop(admission);
         drop((backend, client));
@@ -53,6 +55,21 @@ pub fn serve(
             duration_ms = started.elapsed().as_millis() as u64,
             reason = out.reason, err, "closed"
         );
+    }
+}
+
+/// A backend that closes a client this soon after the connect, before
+/// sending it a byte, refused the client.
+const CLOSED_AT_ONCE: Duration = Duration::from_secs(2);
+
+/// Tell the pool when the backend refused this client (closed it at once
+/// with nothing sent), or served one after refusing others.
+fn judge_ending(pool: &Pool, target: &Target, out: &splice::Outcome, started: Instant) {
+    let by_backend = matches!(out.reason, "backend_closed" | "backend_error");
+    if by_backend && out.bytes_down == 0 && started.elapsed() < CLOSED_AT_ONCE {
+        pool.record_closed_at_once(target.id, started);
+    } else if out.bytes_down > 0 && target.stats.closing_at_once.load(Ordering::Relaxed) {
+        pool.record_served(target.id);
     }
 }
 

@@ -5,20 +5,16 @@
 
 mod support;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use pin_proxy::probe::wire::{self, Decoder, Version, VersionParams};
 use serde_json::Value;
-use support::litecoind::Litecoind;
+use support::litecoind::{self, Litecoind};
 use support::proxy::Proxy;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);
-
-/// Litecoin regtest message start.
-const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
 
 fn pool(a: SocketAddr, b: SocketAddr) -> String {
     // Windows longer than the test: once lagging, A stays out.
@@ -35,46 +31,8 @@ fn about<'a>(message: &'a str, backend: &'a str) -> impl Fn(&Value) -> bool + 'a
     move |e| e["message"] == message && e["backend"] == backend
 }
 
-/// A peer's side of the handshake through the proxy, as mwebd does it:
-/// returns the stream and the `start_height` the node behind it announced.
 fn peer(proxy: SocketAddr) -> (TcpStream, u64) {
-    let mut stream = TcpStream::connect(proxy).unwrap();
-    stream.set_read_timeout(Some(T)).unwrap();
-    let params = VersionParams {
-        services: 0,
-        timestamp: wire::unix_now(),
-        receiver: proxy,
-        sender: stream.local_addr().unwrap(),
-        nonce: wire::random_nonce(),
-        user_agent: "/pin-proxy-test/".into(),
-        start_height: 0,
-    };
-    let version = wire::encode(REGTEST, "version", &wire::version_payload(&params));
-    stream.write_all(&version).unwrap();
-    let mut decoder = Decoder::new(REGTEST);
-    let mut height = None;
-    let mut buf = [0u8; 4096];
-    // The node's version, then its verack (other messages may come between).
-    loop {
-        while let Some(msg) = decoder.next_message().unwrap() {
-            match msg.command.as_str() {
-                "version" => {
-                    let v = Version::parse(&msg.payload).unwrap();
-                    height = Some(u64::try_from(v.start_height).unwrap());
-                }
-                "verack" if height.is_some() => {
-                    stream
-                        .write_all(&wire::encode(REGTEST, "verack", &[]))
-                        .unwrap();
-                    return (stream, height.unwrap());
-                }
-                _ => {}
-            }
-        }
-        let n = stream.read(&mut buf).unwrap();
-        assert!(n > 0, "closed during the handshake");
-        decoder.feed(&buf[..n]);
-    }
+    litecoind::peer(proxy, T)
 }
 
 /// Read (and drop whatever the node sends) until the proxy closes the stream.

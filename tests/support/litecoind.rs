@@ -16,7 +16,8 @@
 //! - No wallet is needed: blocks are mined to a fixed regtest address.
 
 use std::fs::{self, File};
-use std::net::{SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -281,6 +282,65 @@ impl Drop for Litecoind {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Litecoin regtest message start.
+pub const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
+
+/// A peer's side of the P2P handshake at `addr`, as mwebd does it: the
+/// stream and the `start_height` the node announced, or why the handshake
+/// did not finish (closed, reset, timed out after `timeout`).
+pub fn try_peer(addr: SocketAddr, timeout: Duration) -> Result<(TcpStream, u64), String> {
+    use pin_proxy::probe::wire::{self, Decoder, Version, VersionParams};
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let params = VersionParams {
+        services: 0,
+        timestamp: wire::unix_now(),
+        receiver: addr,
+        sender: stream.local_addr().map_err(|e| e.to_string())?,
+        nonce: wire::random_nonce(),
+        user_agent: "/pin-proxy-test/".into(),
+        start_height: 0,
+    };
+    let version = wire::encode(REGTEST, "version", &wire::version_payload(&params));
+    stream
+        .write_all(&version)
+        .map_err(|e| format!("send version: {e}"))?;
+    let mut decoder = Decoder::new(REGTEST);
+    let mut height = None;
+    let mut buf = [0u8; 4096];
+    // The node's version, then its verack (other messages may come between).
+    loop {
+        while let Some(msg) = decoder.next_message().map_err(|e| e.to_string())? {
+            match msg.command.as_str() {
+                "version" => {
+                    let v = Version::parse(&msg.payload).map_err(|e| e.to_string())?;
+                    height = Some(u64::try_from(v.start_height).map_err(|e| e.to_string())?);
+                }
+                "verack" if height.is_some() => {
+                    let verack = wire::encode(REGTEST, "verack", &[]);
+                    stream
+                        .write_all(&verack)
+                        .map_err(|e| format!("send verack: {e}"))?;
+                    return Ok((stream, height.unwrap_or_default()));
+                }
+                _ => {}
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return Err("closed during the handshake".into()),
+            Ok(n) => decoder.feed(&buf[..n]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// [`try_peer`] that must succeed.
+pub fn peer(addr: SocketAddr, timeout: Duration) -> (TcpStream, u64) {
+    try_peer(addr, timeout).unwrap_or_else(|e| panic!("handshake through {addr}: {e}"))
 }
 
 enum StartError {
