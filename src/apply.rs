@@ -273,11 +273,16 @@ impl Pool {
     /// Close the connections of every unusable backend, but only while some
     /// backend is usable: the last leg is kept. Runs after every usability
     /// change, so a kept leg is drained as soon as a peer becomes usable.
+    /// A backend whose window is over is left to its next probe: two
+    /// backends released together both keep their clients, whichever
+    /// passes its probe first.
     fn drain(&self, backends: &mut [Backend], config: &PoolConfig) {
         if !config.health.drain || !backends.iter().any(|b| b.health.is_usable()) {
             return;
         }
-        for b in backends.iter().filter(|b| !b.health.is_usable()) {
+        let now = Instant::now();
+        let out = |b: &&Backend| !b.health.is_usable() && !b.health.awaiting_return(now);
+        for b in backends.iter().filter(out) {
             let mut closed = 0u64;
             for entry in b.conns.values().filter(|e| e.closer.is_movable()) {
                 entry.closer.close("drained");

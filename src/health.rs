@@ -217,6 +217,13 @@ impl BackendHealth {
         self.state().is_usable()
     }
 
+    /// Out, but its window is over (ended or released): its next probes
+    /// decide whether it returns or gets a new window, so its connections
+    /// are not drained meanwhile.
+    pub fn awaiting_return(&self, now: Instant) -> bool {
+        self.quarantine.is_some_and(|q| now >= q.until)
+    }
+
     /// A client connection reached the backend.
     pub fn connect_succeeded(&mut self) {
         self.connect_failures = 0;

@@ -351,3 +351,48 @@ async fn a_node_behind_two_pools_is_probed_once_per_interval() {
     );
     task.abort();
 }
+
+/// Two backends out, the last leg kept on A; both released at once. B's
+/// probe passes first: A's clients stay, for A's own probe to decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_released_together_keep_the_last_leg() {
+    let (a, b) = (sim(100).await, sim(100).await);
+    let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
+    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("b", "healthy").await;
+    let _first = proxy.client().await;
+    let mut on_b = proxy.client().await;
+    proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
+    proxy
+        .pool
+        .quarantine("b", Duration::from_secs(3600))
+        .unwrap();
+    closed(&mut on_b).await;
+    proxy
+        .pool
+        .quarantine("a", Duration::from_secs(3600))
+        .unwrap();
+    let _second = proxy.client().await;
+    proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
+
+    // A's probes cannot pass yet, so B is surely back first.
+    a.set_silent(true);
+    assert_eq!(proxy.pool.release("b"), Ok(true));
+    assert_eq!(proxy.pool.release("a"), Ok(true));
+    proxy.wait_state("b", "healthy").await;
+    let unknown = proxy.probes("a", "unknown");
+    wait_until("a probed after b's return", T, || {
+        proxy.probes("a", "unknown") > unknown
+    })
+    .await;
+    assert!(proxy.none_closing("a"), "A's kept clients were drained");
+    assert_eq!(
+        proxy.backend("a").connections,
+        2,
+        "A's kept clients were drained"
+    );
+    a.set_silent(false);
+    proxy.wait_state("a", "healthy").await;
+    assert!(proxy.none_closing("a"), "A's kept clients were drained");
+    proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
+}
