@@ -49,7 +49,7 @@ fn claims(backends: &[Backend], except: BackendId) -> Vec<Claim> {
 fn unproven(height: u64, best_other: u64, max_lag: u64, proof: &Proof) -> String {
     let why = match proof {
         Proof::Unproven(why) => why.as_str(),
-        Proof::Proven | Proof::NotAsked => "this probe cannot prove heights",
+        Proof::Proven | Proof::NotAsked => "no headers were checked",
     };
     format!(
         "height {height} not counted: more than {max_lag} blocks above every other backend \
