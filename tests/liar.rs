@@ -60,7 +60,8 @@ fn start(probe: &str, backends: &[String]) -> Proxy {
 /// Wait until `liar`'s probe is `unknown`, or one of `honest` was acted on
 /// (the old rule: fail at once, with the event). Its detail must say its
 /// height is not counted. (Why it is not proven is checked on `/status`
-/// later: see the ignored test at the end for why not here.)
+/// later: the first judgement may come before the proof was asked for, see
+/// the last test.)
 fn judged_unproven(proxy: &Proxy, liar: &str, honest: &[&str]) -> Value {
     let unknown = probed(liar, "unknown");
     let event = proxy.wait_event(|e| unknown(e) || honest.iter().any(|h| acted_on(e, h)), T);
@@ -156,7 +157,7 @@ async fn blockbook_reporting_a_far_height_makes_nobody_lag() {
     wait_live(&proxy, &[("x", 1), ("y", 1), ("liar", 1)]).await;
     wait_healthy_probes(admin, &["x", "y"], MORE_PROBES).await;
     assert_untouched(&proxy, &["x", "y"]);
-    assert_not_counted(admin, "liar", "not proven: this probe cannot prove heights").await;
+    assert_not_counted(admin, "liar", "not proven: no headers were checked").await;
 }
 
 /// One honest simulated node at 120 beside a liar announcing `claim` that
@@ -377,20 +378,12 @@ async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
     assert_untouched(&proxy, &["a"]);
 }
 
-/// Observed product bug, kept as a failing test (ignored so the suite stays
-/// green; `cargo test --test liar -- --ignored` shows it). A `bitcoin-p2p`
-/// probe asks `needs_proof` when the node's version arrives; if another
-/// backend's first height is applied between that and the probe's own
-/// result, the claim is judged `Unproven` with `Proof::NotAsked`, and the
-/// detail says "not proven: this probe cannot prove heights", which is
-/// false for this probe. Since `probe` events are logged only when the
-/// outcome changes, that is the reason the log keeps. Seen at start-up as
-/// the liar's first `probe` event in `liar_at_i32_max_makes_nobody_lag`
-/// (about one run in a dozen, under load); reproduced here
-/// deterministically by applying the two results in that order.
+/// A `bitcoin-p2p` probe asks `needs_proof` when the node's version
+/// arrives; if another backend's first height is applied between that and
+/// the probe's own result, the claim is judged unproven with no headers
+/// asked for. Its detail says so, and the next probe asks for them.
 #[test]
-#[ignore = "product bug: an unasked claim is reported as one the probe cannot prove"]
-fn claim_judged_before_its_proof_was_wanted_is_not_called_unprovable() {
+fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
     let unreachable: SocketAddr = "127.0.0.1:1".parse().unwrap();
     let backends = [backend("a", unreachable), backend("liar", unreachable)];
     let yaml = config("127.0.0.1:0", "127.0.0.1:0", "bitcoin-p2p", &backends);
@@ -409,12 +402,13 @@ fn claim_judged_before_its_proof_was_wanted_is_not_called_unprovable() {
     let probe = status.backends[1].last_probe.as_ref().unwrap();
     assert_eq!(probe.outcome, "unknown");
     assert!(probe.detail.contains("not counted"), "{}", probe.detail);
-    // Observed: "height 2000000000 not counted: more than 3 blocks above
-    // every other backend (best 20) and not proven: this probe cannot prove
-    // heights".
     assert!(
-        !probe.detail.contains("this probe cannot prove heights"),
-        "bitcoin-p2p can prove heights; this claim was only not asked yet: {}",
+        probe
+            .detail
+            .ends_with("not proven: no headers were checked"),
+        "{}",
         probe.detail
     );
+    // The next probe of the liar is asked to prove its claim.
+    assert!(pool.needs_proof(liar, LIAR));
 }
