@@ -8,6 +8,7 @@
 //! - [`listener`]: accept loop, allow-list, `max_connections`.
 //! - [`session`]: one client: choose, connect with fail-over, splice, log.
 //! - [`select`]: least-used choice (pure).
+//! - [`self_loop`]: a backend that is the proxy itself.
 //! - [`registry`]: per-pool backends, health, live connections, counters.
 //! - [`health`]: backend states and their transitions (pure).
 //! - [`apply`]: applies connect outcomes, probe reports and manual commands
@@ -46,6 +47,7 @@ pub mod prober;
 pub mod rebalance;
 pub mod registry;
 pub mod select;
+pub mod self_loop;
 pub mod server;
 pub mod session;
 pub mod simnode;

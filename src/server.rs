@@ -21,6 +21,7 @@ use crate::config::{Config, IpNet, PoolConfig};
 use crate::control::{Control, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
+use crate::self_loop::OwnListeners;
 use crate::workers::Workers;
 use crate::{admin, limits, listener, notify, rebalance, sockopt};
 
@@ -62,6 +63,8 @@ pub struct Server {
     shared: listener::Shared,
     control: Control,
     reloads: mpsc::Receiver<ReloadRequest>,
+    /// Every bound pool listener, which backend legs never dial.
+    own: Arc<OwnListeners>,
     /// Last: dropped (stopped) after everything that runs on them.
     workers: Workers,
 }
@@ -83,16 +86,19 @@ impl Server {
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
         let root = CancellationToken::new();
         let workers = Workers::per_core().context("start the data workers")?;
+        let own = OwnListeners::new();
         let pools = config
             .pools
             .iter()
             .map(|pc| {
                 let listens = bind_all(pc, &pc.listen, workers.len())?;
-                let pool = Arc::new(Pool::new(pc.clone(), root.child_token()));
+                let pool = Pool::new(pc.clone(), root.child_token()).with_own(own.clone());
+                let pool = Arc::new(pool);
                 let listens = adopt(&pool, listens);
                 Ok(PoolRun { pool, listens })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        own.set(bound_addrs(&pools));
         let admin = match &config.admin {
             Some(a) => {
                 let l = sockopt::bind(a.listen, None)
@@ -121,6 +127,7 @@ impl Server {
             tracker,
             control,
             reloads,
+            own,
             workers,
         })
     }
@@ -231,7 +238,9 @@ impl Server {
                     run
                 }
                 None => {
-                    let pool = Arc::new(Pool::new(pc.clone(), self.root.child_token()));
+                    let pool =
+                        Pool::new(pc.clone(), self.root.child_token()).with_own(self.own.clone());
+                    let pool = Arc::new(pool);
                     let listens = adopt(&pool, bound);
                     info!(pool = %pc.name, "pool_added");
                     prober.watch(&pool);
@@ -246,6 +255,7 @@ impl Server {
             gone.pool.stop("pool_removed");
         }
         self.pools = next;
+        self.own.set(bound_addrs(&self.pools));
         for run in &mut self.pools {
             start_accepting(run, &self.shared, &self.workers);
         }
@@ -256,6 +266,14 @@ impl Server {
         self.config = new;
         Ok(())
     }
+}
+
+/// Every bound listen address of every pool.
+fn bound_addrs(pools: &[PoolRun]) -> Vec<SocketAddr> {
+    pools
+        .iter()
+        .flat_map(|p| p.listens.iter().map(|l| l.local))
+        .collect()
 }
 
 /// Start the accept loops of the pool's listeners that are not accepting

@@ -219,14 +219,18 @@ impl fmt::Debug for SecretUrl {
 }
 
 impl Config {
-    /// Read and validate a config file.
+    /// Read and validate a config file, including the rules that need the
+    /// host: no backend may be one of the instance's own listen addresses
+    /// (backend names on a listen port are resolved for that).
     ///
     /// # Errors
     /// A [`ConfigError`] naming the file, the YAML path and, where known, the
     /// line and column.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;
-        Config::parse(&text, path)
+        let config = Config::parse(&text, path)?;
+        parse::check_host(&config, &text, path)?;
+        Ok(config)
     }
 
     /// Parse and validate config text; `path` is only used in messages.

@@ -6,6 +6,7 @@
 mod compat;
 mod error;
 mod locate;
+mod own;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -65,6 +66,12 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         Err(first) => compat::quote_flow_ipv6(text).map_or(Err(first), |repaired| read(&repaired)),
         ok => ok,
     }
+}
+
+/// The rules that need the host rather than the text alone: a backend that
+/// is one of the instance's own listeners (names resolved now).
+pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
+    own::check_host(config, text).map_err(|inv| ConfigError::from_invalid(file, text, inv))
 }
 
 fn build(raw: RawFile) -> Result<Config, Invalid> {
