@@ -6,6 +6,7 @@
 //!   quarantine, reload, the admin HTTP endpoint, systemd notifications.
 //! - [`config`]: config.yaml, parsed and validated once into typed values.
 //! - [`listener`]: accept loop, allow-list, `max_connections`.
+//! - [`reject_fold`]: folds floods of `rejected` events.
 //! - [`session`]: one client: choose, connect with fail-over, splice, log.
 //! - [`select`]: least-used choice (pure).
 //! - [`self_loop`]: a backend that is the proxy itself.
@@ -46,6 +47,7 @@ pub mod probe;
 pub mod prober;
 pub mod rebalance;
 pub mod registry;
+pub mod reject_fold;
 pub mod select;
 pub mod self_loop;
 pub mod server;

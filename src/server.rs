@@ -122,6 +122,7 @@ impl Server {
                 conn_ids: Arc::new(AtomicU64::new(1)),
                 tracker: tracker.clone(),
                 slots: Arc::new(Semaphore::new(budget)),
+                rejects: Arc::default(),
             },
             root,
             tracker,
