@@ -87,7 +87,7 @@ struct AdminArg {
 impl AdminArg {
     fn resolve(self, config: &std::path::Path) -> String {
         self.admin.unwrap_or_else(|| {
-            Config::load(config)
+            Config::load_unchecked(config)
                 .ok()
                 .and_then(|c| c.admin)
                 .map_or_else(|| "127.0.0.1:9900".to_owned(), |a| a.listen.to_string())

@@ -6,6 +6,7 @@
 mod compat;
 mod error;
 mod locate;
+mod logdir;
 mod own;
 mod raw;
 #[cfg(test)]
@@ -69,9 +70,12 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
 }
 
 /// The rules that need the host rather than the text alone: a backend that
-/// is one of the instance's own listeners (names resolved now).
+/// is one of the instance's own listeners (names resolved now), and a
+/// `log.file` that can be written.
 pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
-    own::check_host(config, text).map_err(|inv| ConfigError::from_invalid(file, text, inv))
+    let log = config.log.file.as_deref().map_or(Ok(()), logdir::check);
+    log.and_then(|()| own::check_host(config, text))
+        .map_err(|inv| ConfigError::from_invalid(file, text, inv))
 }
 
 fn build(raw: RawFile) -> Result<Config, Invalid> {
