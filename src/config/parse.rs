@@ -12,6 +12,7 @@ mod raw;
 #[cfg(test)]
 mod tests;
 mod values;
+mod zone;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
