@@ -60,7 +60,7 @@ pub mod workers;
 
 use std::future::Future;
 
-pub use server::Server;
+pub use server::{BindError, Server};
 
 /// Bind and serve `config` until `shutdown` resolves.
 ///

@@ -28,6 +28,39 @@ use crate::{admin, limits, listener, notify, rebalance, sockopt};
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// A listen address (a pool's or the admin endpoint's) could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("{owner}: bind {addr}")]
+pub struct BindError {
+    /// `pool NAME` or `admin`.
+    pub owner: String,
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl BindError {
+    fn new(owner: impl Into<String>, addr: SocketAddr, source: std::io::Error) -> BindError {
+        BindError {
+            owner: owner.into(),
+            addr,
+            source,
+        }
+    }
+
+    /// Trying again will not help until the operator acts: the address is
+    /// held by another process, or the port needs a privilege. (An address
+    /// that is not on this host yet may appear: a VPN, a late interface.)
+    pub fn is_lasting(&self) -> bool {
+        matches!(
+            self.source.kind(),
+            std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
+        )
+    }
+}
+
 /// One bound listen address of a pool.
 struct Listen {
     /// As configured (`127.0.0.1:0` stays `:0`), to diff reloads against.
@@ -102,7 +135,7 @@ impl Server {
         let admin = match &config.admin {
             Some(a) => {
                 let l = sockopt::bind(a.listen, None)
-                    .with_context(|| format!("admin: bind {}", a.listen))?;
+                    .map_err(|e| BindError::new("admin", a.listen, e))?;
                 info!(listen = %l.local_addr()?, "admin_listening");
                 Some((l, a.allow.clone()))
             }
@@ -303,11 +336,10 @@ fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr], sockets: usize) -> anyhow::Re
     let name = &pc.name;
     let mut out = Vec::new();
     for addr in addrs {
-        let bind = |at: SocketAddr| {
-            sockopt::bind_std(at, Some(&pc.keepalive), true)
-                .with_context(|| format!("pool {name}: bind {addr}"))
-        };
-        sockopt::check_free(*addr).with_context(|| format!("pool {name}: bind {addr}"))?;
+        let failed = |e| BindError::new(format!("pool {name}"), *addr, e);
+        let bind =
+            |at: SocketAddr| sockopt::bind_std(at, Some(&pc.keepalive), true).map_err(failed);
+        sockopt::check_free(*addr).map_err(failed)?;
         let first = bind(*addr)?;
         // A port-0 address: the rest join the port the first one got.
         let local = first.local_addr()?;
