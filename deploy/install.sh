@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install pin-proxy as a systemd service: build, install the binary, the unit
 # and (only when none exists) /etc/pin-proxy/config.yaml, validate the config,
-# then enable and start the service.
+# then enable the service, and start it unless the config was just installed.
 #
 # Idempotent: re-running upgrades the binary and the unit, keeps an existing
 # config, and restarts the service only when the binary or the unit changed
@@ -17,6 +17,11 @@
 #   --no-start       enable the service but do not start or restart it
 #   -h, --help       this text
 #
+# A first install (no config yet) enables the service but does not start it:
+# the example config names placeholder nodes. Edit it, then start it.
+# SYSTEMCTL=PATH runs PATH in place of systemctl, even with --destdir (a
+# dry run that records the calls).
+#
 # Typical: cargo build --release --locked && sudo deploy/install.sh --bin target/release/pin-proxy
 # (building as your own user keeps root out of ~/.cargo; plain `sudo deploy/install.sh`
 # builds as root, which needs cargo on root's PATH).
@@ -29,6 +34,8 @@ prefix=/usr/local
 destdir=${DESTDIR:-}
 start=1
 user=pin-proxy
+systemctl=${SYSTEMCTL:-}
+fresh_config=0
 
 say() { echo "install: $*"; }
 die() {
@@ -118,6 +125,7 @@ if [ -e "$conf" ]; then
 else
     install -m 0640 "$config" "$conf"
     [ -n "$destdir" ] || chown "root:$user" "$conf"
+    fresh_config=1
     say "installed: $conf (from ${config#"$repo"/}; edit the backends)"
 fi
 
@@ -134,28 +142,40 @@ else
 fi
 
 # --- systemd --------------------------------------------------------------
-if [ -n "$destdir" ]; then
+if [ -n "$destdir" ] && [ -z "$systemctl" ]; then
     say "staged into $destdir: skipped user creation, chown and systemctl"
     exit 0
 fi
-if [ ! -d /run/systemd/system ]; then
-    say "systemd is not running here (a container?): skipped systemctl;"
-    say "start it with: $prefix/bin/pin-proxy run -c /etc/pin-proxy/config.yaml"
-    exit 0
+if [ -z "$systemctl" ]; then
+    if [ ! -d /run/systemd/system ]; then
+        say "systemd is not running here (a container?): skipped systemctl;"
+        say "start it with: $prefix/bin/pin-proxy run -c /etc/pin-proxy/config.yaml"
+        exit 0
+    fi
+    systemctl=systemctl
 fi
 
-systemctl daemon-reload
-if [ "$start" -eq 0 ]; then
-    systemctl enable pin-proxy
+"$systemctl" daemon-reload
+if [ "$fresh_config" -eq 1 ]; then
+    # The example config names placeholder nodes: starting on it would only
+    # mark them down. The operator edits it first.
+    "$systemctl" enable pin-proxy
+    say "enabled, not started: /etc/pin-proxy/config.yaml is the example config."
+    say "edit its pools (listen, backends), check it with"
+    say "  runuser -u $user -- $prefix/bin/pin-proxy check -c /etc/pin-proxy/config.yaml"
+    say "then start it: systemctl start pin-proxy"
+    exit 0
+elif [ "$start" -eq 0 ]; then
+    "$systemctl" enable pin-proxy
     say "enabled; start with: systemctl start pin-proxy"
-elif systemctl is-active --quiet pin-proxy && [ "$changed" -eq 1 ]; then
-    systemctl enable pin-proxy
+elif "$systemctl" is-active --quiet pin-proxy && [ "$changed" -eq 1 ]; then
+    "$systemctl" enable pin-proxy
     say "restarting for the new binary/unit (clients redial)"
-    systemctl restart pin-proxy
+    "$systemctl" restart pin-proxy
 else
-    systemctl enable --now pin-proxy
+    "$systemctl" enable --now pin-proxy
 fi
 if [ "$start" -eq 1 ]; then
-    systemctl --no-pager --lines=0 status pin-proxy || true # only a report
+    "$systemctl" --no-pager --lines=0 status pin-proxy || true # only a report
     say "done; logs: journalctl -u pin-proxy -f"
 fi

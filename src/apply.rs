@@ -122,6 +122,29 @@ impl Pool {
         }
     }
 
+    /// A client connect found `backend`'s address to be our own listener
+    /// `to`: take it out at once (logged once, when it goes out).
+    pub fn record_self_loop(&self, backend: BackendId, to: std::net::SocketAddr) {
+        let config = self.config();
+        let mut backends = self.backends();
+        let Some(b) = Pool::find(&mut backends, backend) else {
+            return;
+        };
+        b.stats
+            .connect_failures_total
+            .fetch_add(1, Ordering::Relaxed);
+        let effect = b.health.self_loop(Instant::now(), &Policy::of(&config));
+        if effect != Effect::None {
+            warn!(
+                pool = %self.name, backend = %b.config.name, addr = b.config.addr.as_str(),
+                listener = %to, "self_loop"
+            );
+        }
+        if self.report(b, effect) {
+            self.drain(&mut backends, &config);
+        }
+    }
+
     /// The epoch of `backend` now; a probe passes it back to
     /// [`Pool::apply_probe`] so a result that raced a manual change is dropped.
     pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {

@@ -11,6 +11,8 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::self_loop::OwnListeners;
+
 /// Why a backend connect failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -29,6 +31,16 @@ pub enum ConnectError {
         addr: String,
         /// The last address's error.
         source: io::Error,
+    },
+    /// The name resolves to one of this process's own listeners.
+    #[error(
+        "connect to {addr}: {to} is a listener of this proxy (a backend must not be the proxy itself)"
+    )]
+    SelfLoop {
+        /// The backend address.
+        addr: String,
+        /// Our listener it would reach.
+        to: SocketAddr,
     },
     /// The budget ran out.
     #[error("connect to {addr}: timed out after {timeout:?}")]
@@ -53,6 +65,7 @@ impl ConnectError {
             ConnectError::Connect { .. } if self.is_local() => "local_resources",
             ConnectError::Connect { .. } => "error",
             ConnectError::Timeout { .. } => "timeout",
+            ConnectError::SelfLoop { .. } => "self_loop",
         }
     }
 }
@@ -90,6 +103,28 @@ impl ConnectError {
 /// # Errors
 /// A [`ConnectError`] saying which step failed.
 pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, ConnectError> {
+    dial(addr, timeout, None).await
+}
+
+/// As [`connect`], never dialling one of `own` listeners: an address that
+/// would reach one is skipped, and when no other address connects the
+/// error is [`ConnectError::SelfLoop`].
+///
+/// # Errors
+/// A [`ConnectError`] saying which step failed.
+pub async fn connect_avoiding(
+    addr: &str,
+    timeout: Duration,
+    own: &OwnListeners,
+) -> Result<TcpStream, ConnectError> {
+    dial(addr, timeout, Some(own)).await
+}
+
+async fn dial(
+    addr: &str,
+    timeout: Duration,
+    own: Option<&OwnListeners>,
+) -> Result<TcpStream, ConnectError> {
     let deadline = Instant::now() + timeout;
     let timed_out = || ConnectError::Timeout {
         addr: addr.to_owned(),
@@ -104,12 +139,23 @@ pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, Connect
         .map_err(|_elapsed| timed_out())?
         .map_err(resolve_err)?;
     let mut last = None;
+    let mut ours = None;
     for sa in addrs {
+        if let Some(to) = own.and_then(|o| o.reached_by(sa)) {
+            ours = Some(to);
+            continue;
+        }
         match connect_addr(sa, deadline).await {
             Ok(stream) => return Ok(stream),
             Err(Step::Failed(e)) => last = Some(e),
             Err(Step::TimedOut) => return Err(timed_out()),
         }
+    }
+    if let Some(to) = ours {
+        return Err(ConnectError::SelfLoop {
+            addr: addr.to_owned(),
+            to,
+        });
     }
     Err(match last {
         Some(source) => ConnectError::Connect {

@@ -67,6 +67,8 @@ pub enum Reason {
     Lagging,
     /// An operator's maintenance window.
     Manual,
+    /// Its address is one of this proxy's own listeners.
+    SelfLoop,
 }
 
 impl Reason {
@@ -78,12 +80,13 @@ impl Reason {
             Reason::Unhealthy => "unhealthy",
             Reason::Lagging => "lagging",
             Reason::Manual => "manual",
+            Reason::SelfLoop => "self_loop",
         }
     }
 
     fn state(self) -> State {
         match self {
-            Reason::ConnectFailures | Reason::Down => State::Down,
+            Reason::ConnectFailures | Reason::Down | Reason::SelfLoop => State::Down,
             Reason::Unhealthy => State::Unhealthy,
             Reason::Lagging => State::Lagging,
             Reason::Manual => State::Quarantined,
@@ -278,6 +281,18 @@ impl BackendHealth {
         }
         self.epoch += 1;
         self.take_out(Reason::ConnectFailures, now, policy)
+    }
+
+    /// A client connect found the backend's address to be one of this
+    /// proxy's own listeners: out at once (every connect would loop), unless
+    /// already out.
+    pub fn self_loop(&mut self, now: Instant, policy: &Policy) -> Effect {
+        self.last_failure = Some(now);
+        if self.quarantine.is_some() {
+            return Effect::None;
+        }
+        self.epoch += 1;
+        self.take_out(Reason::SelfLoop, now, policy)
     }
 
     /// Apply a probe verdict at `now`.

@@ -6,8 +6,10 @@
 //!   quarantine, reload, the admin HTTP endpoint, systemd notifications.
 //! - [`config`]: config.yaml, parsed and validated once into typed values.
 //! - [`listener`]: accept loop, allow-list, `max_connections`.
+//! - [`reject_fold`]: folds floods of `rejected` events.
 //! - [`session`]: one client: choose, connect with fail-over, splice, log.
 //! - [`select`]: least-used choice (pure).
+//! - [`self_loop`]: a backend that is the proxy itself.
 //! - [`registry`]: per-pool backends, health, live connections, counters.
 //! - [`health`]: backend states and their transitions (pure).
 //! - [`lag`]: which heights count as the reference, who trails it (pure).
@@ -48,7 +50,9 @@ pub mod probe;
 pub mod prober;
 pub mod rebalance;
 pub mod registry;
+pub mod reject_fold;
 pub mod select;
+pub mod self_loop;
 pub mod server;
 pub mod session;
 pub mod simchain;
@@ -60,7 +64,7 @@ pub mod workers;
 
 use std::future::Future;
 
-pub use server::Server;
+pub use server::{BindError, Server};
 
 /// Bind and serve `config` until `shutdown` resolves.
 ///

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
 use crate::registry::Pool;
+use crate::reject_fold::{Reject, RejectLog};
 use crate::{session, sockopt};
 
 /// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
@@ -31,6 +32,8 @@ pub struct Shared {
     pub tracker: TaskTracker,
     /// Client connections the descriptor limit allows, across all pools.
     pub slots: Arc<Semaphore>,
+    /// Folds floods of `rejected` events.
+    pub rejects: Arc<RejectLog>,
 }
 
 /// Accept clients for `pool` on `listener` until `token` is cancelled (the
@@ -118,12 +121,18 @@ fn admit(
 ) {
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
+    let reject = |reason| {
+        let (tracker, token) = (&shared.tracker, &pool.token);
+        shared
+            .rejects
+            .rejected(&pool.name, reason, conn, peer, tracker, token);
+    };
     if !allowed(&config.allow, peer) {
-        info!(pool = %pool.name, conn, client = %peer, reason = "allow_list", "rejected");
+        reject(Reject::AllowList);
         return;
     }
     let Some(admission) = pool.admit() else {
-        info!(pool = %pool.name, conn, client = %peer, reason = "max_connections", "rejected");
+        reject(Reject::MaxConnections);
         return;
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");

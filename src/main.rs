@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use pin_proxy::BindError;
 use pin_proxy::client;
 use pin_proxy::config::{self, Config, LogConfig, LogFormat};
 use pin_proxy::control::Control;
@@ -87,7 +88,7 @@ struct AdminArg {
 impl AdminArg {
     fn resolve(self, config: &std::path::Path) -> String {
         self.admin.unwrap_or_else(|| {
-            Config::load(config)
+            Config::load_unchecked(config)
                 .ok()
                 .and_then(|c| c.admin)
                 .map_or_else(|| "127.0.0.1:9900".to_owned(), |a| a.listen.to_string())
@@ -160,10 +161,24 @@ fn main() -> ExitCode {
                 }
                 return ExitCode::SUCCESS;
             }
-            exit(run(config, path))
+            let result = run(config, path);
+            if let Err(err) = &result
+                && err
+                    .chain()
+                    .filter_map(|e| e.downcast_ref::<BindError>())
+                    .any(BindError::is_lasting)
+            {
+                eprintln!("error: {err:#}");
+                return ExitCode::from(EXIT_BIND);
+            }
+            exit(result)
         }
     }
 }
+
+/// Exit status when a listen address is taken or needs a privilege: the
+/// unit's `RestartPreventExitStatus=` keeps systemd from retrying forever.
+const EXIT_BIND: u8 = 3;
 
 fn exit(result: anyhow::Result<()>) -> ExitCode {
     match result {

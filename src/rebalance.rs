@@ -78,7 +78,7 @@ pub async fn tick(pool: &Pool) {
     let Some((from, to, to_addr)) = pool_plan(pool, config.rebalance.min_imbalance) else {
         return;
     };
-    match connect::connect(&to_addr, config.connect_timeout).await {
+    match connect::connect_avoiding(&to_addr, config.connect_timeout, pool.own()).await {
         // The test connection only proves the node answers; it carries nothing.
         Ok(stream) => drop(stream),
         Err(err) => {

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{BackendConfig, PoolConfig};
 use crate::health::{BackendHealth, Reason};
 use crate::select::{self, Candidate};
+use crate::self_loop::OwnListeners;
 
 /// Process-wide connection id, as logged in `conn`.
 pub type ConnId = u64;
@@ -129,12 +130,13 @@ pub struct BackendStats {
 pub const OUTCOMES: [&str; 5] = ["healthy", "unknown", "unhealthy", "lagging", "down"];
 
 /// Quarantine reasons, in the order of [`BackendStats::quarantines`].
-pub const REASONS: [Reason; 5] = [
+pub const REASONS: [Reason; 6] = [
     Reason::ConnectFailures,
     Reason::Down,
     Reason::Unhealthy,
     Reason::Lagging,
     Reason::Manual,
+    Reason::SelfLoop,
 ];
 
 /// The last probe of a backend, as `/status` shows it.
@@ -224,6 +226,8 @@ pub struct Pool {
     pub token: CancellationToken,
     /// Set by [`Pool::stop`]: the reason every connection closes with.
     stopped: OnceLock<&'static str>,
+    /// Every listener of the process, which backend legs never dial.
+    own: Arc<OwnListeners>,
 }
 
 impl Pool {
@@ -245,7 +249,18 @@ impl Pool {
             rebalance_moves: AtomicU64::new(0),
             token,
             stopped: OnceLock::new(),
+            own: Arc::default(),
         }
+    }
+
+    /// The pool, sharing the process's listener set `own`.
+    pub fn with_own(self, own: Arc<OwnListeners>) -> Pool {
+        Pool { own, ..self }
+    }
+
+    /// The process's listeners, which backend legs never dial.
+    pub fn own(&self) -> &OwnListeners {
+        &self.own
     }
 
     /// The current settings (a cheap snapshot).

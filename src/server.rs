@@ -21,11 +21,45 @@ use crate::config::{Config, IpNet, PoolConfig};
 use crate::control::{Control, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
+use crate::self_loop::OwnListeners;
 use crate::workers::Workers;
 use crate::{admin, limits, listener, notify, rebalance, sockopt};
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A listen address (a pool's or the admin endpoint's) could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("{owner}: bind {addr}")]
+pub struct BindError {
+    /// `pool NAME` or `admin`.
+    pub owner: String,
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl BindError {
+    fn new(owner: impl Into<String>, addr: SocketAddr, source: std::io::Error) -> BindError {
+        BindError {
+            owner: owner.into(),
+            addr,
+            source,
+        }
+    }
+
+    /// Trying again will not help until the operator acts: the address is
+    /// held by another process, or the port needs a privilege. (An address
+    /// that is not on this host yet may appear: a VPN, a late interface.)
+    pub fn is_lasting(&self) -> bool {
+        matches!(
+            self.source.kind(),
+            std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
+        )
+    }
+}
 
 /// One bound listen address of a pool.
 struct Listen {
@@ -62,6 +96,8 @@ pub struct Server {
     shared: listener::Shared,
     control: Control,
     reloads: mpsc::Receiver<ReloadRequest>,
+    /// Every bound pool listener, which backend legs never dial.
+    own: Arc<OwnListeners>,
     /// Last: dropped (stopped) after everything that runs on them.
     workers: Workers,
 }
@@ -83,20 +119,23 @@ impl Server {
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
         let root = CancellationToken::new();
         let workers = Workers::per_core().context("start the data workers")?;
+        let own = OwnListeners::new();
         let pools = config
             .pools
             .iter()
             .map(|pc| {
                 let listens = bind_all(pc, &pc.listen, workers.len())?;
-                let pool = Arc::new(Pool::new(pc.clone(), root.child_token()));
+                let pool = Pool::new(pc.clone(), root.child_token()).with_own(own.clone());
+                let pool = Arc::new(pool);
                 let listens = adopt(&pool, listens);
                 Ok(PoolRun { pool, listens })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        own.set(bound_addrs(&pools));
         let admin = match &config.admin {
             Some(a) => {
                 let l = sockopt::bind(a.listen, None)
-                    .with_context(|| format!("admin: bind {}", a.listen))?;
+                    .map_err(|e| BindError::new("admin", a.listen, e))?;
                 info!(listen = %l.local_addr()?, "admin_listening");
                 Some((l, a.allow.clone()))
             }
@@ -116,11 +155,13 @@ impl Server {
                 conn_ids: Arc::new(AtomicU64::new(1)),
                 tracker: tracker.clone(),
                 slots: Arc::new(Semaphore::new(budget)),
+                rejects: Arc::default(),
             },
             root,
             tracker,
             control,
             reloads,
+            own,
             workers,
         })
     }
@@ -231,7 +272,9 @@ impl Server {
                     run
                 }
                 None => {
-                    let pool = Arc::new(Pool::new(pc.clone(), self.root.child_token()));
+                    let pool =
+                        Pool::new(pc.clone(), self.root.child_token()).with_own(self.own.clone());
+                    let pool = Arc::new(pool);
                     let listens = adopt(&pool, bound);
                     info!(pool = %pc.name, "pool_added");
                     prober.watch(&pool);
@@ -246,6 +289,7 @@ impl Server {
             gone.pool.stop("pool_removed");
         }
         self.pools = next;
+        self.own.set(bound_addrs(&self.pools));
         for run in &mut self.pools {
             start_accepting(run, &self.shared, &self.workers);
         }
@@ -256,6 +300,14 @@ impl Server {
         self.config = new;
         Ok(())
     }
+}
+
+/// Every bound listen address of every pool.
+fn bound_addrs(pools: &[PoolRun]) -> Vec<SocketAddr> {
+    pools
+        .iter()
+        .flat_map(|p| p.listens.iter().map(|l| l.local))
+        .collect()
 }
 
 /// Start the accept loops of the pool's listeners that are not accepting
@@ -284,11 +336,10 @@ fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr], sockets: usize) -> anyhow::Re
     let name = &pc.name;
     let mut out = Vec::new();
     for addr in addrs {
-        let bind = |at: SocketAddr| {
-            sockopt::bind_std(at, Some(&pc.keepalive), true)
-                .with_context(|| format!("pool {name}: bind {addr}"))
-        };
-        sockopt::check_free(*addr).with_context(|| format!("pool {name}: bind {addr}"))?;
+        let failed = |e| BindError::new(format!("pool {name}"), *addr, e);
+        let bind =
+            |at: SocketAddr| sockopt::bind_std(at, Some(&pc.keepalive), true).map_err(failed);
+        sockopt::check_free(*addr).map_err(failed)?;
         let first = bind(*addr)?;
         // A port-0 address: the rest join the port the first one got.
         let local = first.local_addr()?;

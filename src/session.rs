@@ -138,7 +138,7 @@ async fn connect_some(
         tried.push(target.id);
         let attempt = Instant::now();
         let result = tokio::select! {
-            r = connect::connect(&target.config.addr, timeout) => r,
+            r = connect::connect_avoiding(&target.config.addr, timeout, pool.own()) => r,
             () = entry.closer.closed() => return Err(entry.closer.reason()),
         };
         match result {
@@ -151,6 +151,10 @@ async fn connect_some(
                 // The backend went bad while we connected and a good one
                 // exists: go there instead of landing on a drained node.
                 debug!(pool = %pool.name, backend = %target.config.name, conn, "connect_superseded");
+            }
+            Err(ConnectError::SelfLoop { to, .. }) => {
+                drop(lease);
+                pool.record_self_loop(target.id, to);
             }
             Err(err) if err.is_local() => {
                 log_failure(pool, &target, conn, peer, &err);

@@ -129,3 +129,60 @@ fn missing_file_exits_2_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("/nonexistent.yaml"), "{stderr}");
 }
+
+#[test]
+fn a_log_file_that_run_could_not_write_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, log_file: &str| {
+        let path = dir.path().join(name);
+        let yaml = format!(
+            "log: {{ file: \"{log_file}\" }}\npools:\n  - name: p\n    listen: 127.0.0.1:9333\n    \
+             backends: [127.0.0.1:19335]\n"
+        );
+        std::fs::write(&path, yaml).expect("write config");
+        path
+    };
+    let bad = write("bad.yaml", "/proc/pin-proxy/pin-proxy.log");
+    let out = check(&bad);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("log.file: cannot create the log directory /proc/pin-proxy"),
+        "{stderr}"
+    );
+    // A directory that does not exist yet but can be made is fine, and the
+    // check leaves it unmade.
+    let later = dir.path().join("logs/later");
+    let good = write("good.yaml", &later.join("p.log").display().to_string());
+    let out = check(&good);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.path().join("logs").exists());
+}
+
+#[test]
+fn an_oversized_file_is_refused_without_reading_it_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("huge.yaml");
+    let file = std::fs::File::create(&path).expect("create");
+    // Sparse: 64 MiB of zeros that take no disk.
+    file.set_len(64 << 20).expect("set_len");
+    let out = check(&path);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("huge.yaml") && stderr.contains("larger than 4 MiB"),
+        "{stderr}"
+    );
+    // Just under the cap is read and judged on its content.
+    let path = dir.path().join("big.yaml");
+    let mut yaml = String::from(
+        "pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    backends: [127.0.0.1:19335]\n",
+    );
+    let line = "# padding padding padding padding padding padding padding padding\n";
+    while yaml.len() + line.len() <= 4 << 20 {
+        yaml.push_str(line);
+    }
+    std::fs::write(&path, yaml).expect("write");
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

@@ -93,6 +93,8 @@ fn unit_keeps_required_directives() {
         ("ExecReload", "/bin/kill -HUP $MAINPID"),
         ("WatchdogSec", "30s"),
         ("Restart", "on-failure"),
+        // An invalid config (2) and a taken listen address (3) are not retried.
+        ("RestartPreventExitStatus", "2 3"),
         ("LimitNOFILE", "1048576"),
         ("StandardOutput", "journal"),
         ("NoNewPrivileges", "yes"),
@@ -247,4 +249,47 @@ fn install_script_stages_into_destdir() {
     fs::write(&conf, "pools: 3\n").expect("break staged config");
     let out = stage(root);
     assert!(!out.status.success(), "install.sh accepted a broken config");
+}
+
+/// A first install enables the service but leaves it stopped (the example
+/// config names placeholder nodes) and says what to edit; once a config
+/// exists, a later run starts it. `SYSTEMCTL` records the calls.
+#[test]
+fn first_install_enables_without_starting_then_a_rerun_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("root");
+    let calls = dir.path().join("calls");
+    let fake = dir.path().join("systemctl");
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\n[ \"$1\" = is-active ] && exit 3\nexit 0\n",
+            calls.display()
+        ),
+    )
+    .expect("write fake systemctl");
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let install = || {
+        let out = run(Command::new("bash")
+            .arg(INSTALL)
+            .args(["--bin", BIN, "--destdir"])
+            .arg(&root)
+            .env("SYSTEMCTL", &fake)
+            .env_remove("DESTDIR")
+            .env_remove("PIN_PROXY_CONFIG")
+            .env_remove("RUST_LOG"));
+        let log = text(&out.stdout) + &text(&out.stderr);
+        assert!(out.status.success(), "install.sh failed:\n{log}");
+        let made = fs::read_to_string(&calls).unwrap_or_default();
+        fs::remove_file(&calls).ok();
+        (log, made)
+    };
+    let (log, made) = install();
+    assert_eq!(made, "daemon-reload\nenable pin-proxy\n", "{log}");
+    assert!(
+        log.contains("enabled, not started") && log.contains("edit its pools"),
+        "{log}"
+    );
+    let (log, made) = install();
+    assert!(made.contains("enable --now pin-proxy"), "{made}\n{log}");
 }

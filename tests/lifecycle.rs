@@ -79,6 +79,40 @@ async fn listens_on_ipv4_and_ipv6_and_resolves_backend_names() {
     }
 }
 
+/// A zone (`%lo`, `%1`) on an IPv6 listen and backend address is accepted
+/// and used: the loopback interface's own address stands in for a
+/// link-local one, which a test host cannot be expected to have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_addresses_with_a_zone_listen_and_connect() {
+    let Ok(backend) = tokio::net::TcpListener::bind("[::1]:0").await else {
+        eprintln!("skipping: no IPv6 loopback here");
+        return;
+    };
+    let port = backend.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = backend.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let yaml = format!(
+        "pools:\n  - name: p\n    listen: [\"[::1%lo]:0\", \"[::1%1]:0\"]\n    \
+         backends: [\"[::1%lo]:{port}\"]\n"
+    );
+    let proxy = Proxy::start(&yaml);
+    let addrs = proxy.addrs_of("p");
+    assert_eq!(addrs.len(), 2);
+    for addr in addrs {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"hi").await.unwrap();
+        let mut b = [0u8; 2];
+        within("echo", T, c.read_exact(&mut b)).await.unwrap();
+        assert_eq!(&b, b"hi", "via {addr}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_logs_go_to_a_daily_file_and_are_flushed_on_exit() {
     let node = Node::echo().await;

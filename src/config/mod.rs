@@ -218,15 +218,51 @@ impl fmt::Debug for SecretUrl {
     }
 }
 
+/// The largest config file read: far above any real one, and it keeps a
+/// stray huge file from costing hundreds of MiB to parse.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// The file's text, refusing one over [`MAX_FILE_BYTES`] without reading
+/// more than that.
+fn read_capped(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| ConfigError::io(path, &e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ConfigError::io(path, &e))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigError::too_large(path, MAX_FILE_BYTES));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let err = std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error());
+        ConfigError::io(path, &err)
+    })
+}
+
 impl Config {
-    /// Read and validate a config file.
+    /// Read and validate a config file, including the rules that need the
+    /// host: no backend may be one of the instance's own listen addresses
+    /// (backend names on a listen port are resolved for that), and
+    /// `log.file` must be writable.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the file, the YAML path and, where known, the
     /// line and column.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;
-        Config::parse(&text, path)
+        let text = read_capped(path)?;
+        let config = Config::parse(&text, path)?;
+        parse::check_host(&config, &text, path)?;
+        Ok(config)
+    }
+
+    /// Read and parse a config file without the host rules: for commands
+    /// that only need a value from it (`admin.listen`).
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn load_unchecked(path: &Path) -> Result<Config, ConfigError> {
+        Config::parse(&read_capped(path)?, path)
     }
 
     /// Parse and validate config text; `path` is only used in messages.

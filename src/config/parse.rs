@@ -6,10 +6,13 @@
 mod compat;
 mod error;
 mod locate;
+mod logdir;
+mod own;
 mod raw;
 #[cfg(test)]
 mod tests;
 mod values;
+mod zone;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -65,6 +68,15 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         Err(first) => compat::quote_flow_ipv6(text).map_or(Err(first), |repaired| read(&repaired)),
         ok => ok,
     }
+}
+
+/// The rules that need the host rather than the text alone: a backend that
+/// is one of the instance's own listeners (names resolved now), and a
+/// `log.file` that can be written.
+pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
+    let log = config.log.file.as_deref().map_or(Ok(()), logdir::check);
+    log.and_then(|()| own::check_host(config, text))
+        .map_err(|inv| ConfigError::from_invalid(file, text, inv))
 }
 
 fn build(raw: RawFile) -> Result<Config, Invalid> {

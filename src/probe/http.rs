@@ -242,6 +242,7 @@ fn node_detail(err: &ConnectError) -> String {
             "connect refused".into()
         }
         ConnectError::Connect { source, .. } => format!("connect failed: {source}"),
+        ConnectError::SelfLoop { .. } => "a listener of this proxy".into(),
     }
 }
 

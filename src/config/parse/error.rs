@@ -43,6 +43,15 @@ impl ConfigError {
         ConfigError::new(file, None, &format!("cannot read the file: {err}"), None)
     }
 
+    /// The file is over the size limit.
+    pub(crate) fn too_large(file: &Path, limit: u64) -> ConfigError {
+        let message = format!(
+            "the file is larger than {} MiB; a config file is never that big",
+            limit >> 20
+        );
+        ConfigError::new(file, None, &message, None)
+    }
+
     /// A syntax or type error from serde_yaml, with the path serde_path_to_error tracked.
     pub(super) fn from_serde(
         file: &Path,

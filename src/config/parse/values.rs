@@ -135,6 +135,11 @@ impl FromScalar for ListenAddr {
     const EMPTY_LIST: &'static str = "at least one listen address is required";
 
     fn from_scalar(s: &str) -> Result<Self, String> {
+        if let Some(zoned) = super::zone::scoped(s) {
+            return zoned
+                .map(ListenAddr)
+                .map_err(|e| format!("`{s}` is not a listen address: {e}"));
+        }
         s.trim().parse().map(ListenAddr).map_err(|_| {
             format!("`{s}` is not an ip:port listen address, like `127.0.0.1:9333` or `[::1]:9333`")
         })
@@ -160,7 +165,9 @@ impl FromScalar for Cidr {
 }
 
 /// A backend address `host:port`; the host is a name, an IPv4 literal or a
-/// bracketed IPv6 literal, and is resolved again at each connect.
+/// bracketed IPv6 literal (with a zone: `[fe80::1%eth0]`, kept as the
+/// interface's index, the form the resolver reads), and is resolved again at
+/// each connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct HostPort(pub(super) String);
 
@@ -175,6 +182,9 @@ impl FromScalar for HostPort {
         match port.parse::<u16>() {
             Ok(p) if p > 0 => {}
             _ => return Err(bad("the port must be a number from 1 to 65535")),
+        }
+        if let Some(zoned) = super::zone::scoped(s) {
+            return zoned.map(|a| HostPort(a.to_string())).map_err(|e| bad(&e));
         }
         if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
             if inner.parse::<Ipv6Addr>().is_err() {

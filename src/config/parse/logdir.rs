@@ -1,0 +1,87 @@
+//! `log.file` must be writable by the user that runs `check` (the service
+//! user, as the README says to run it), or `run` would refuse to start.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+
+use super::error::{Invalid, invalid};
+
+/// The directory of `file` exists and takes new files, or can be created
+/// under its nearest existing ancestor. Probes by creating and removing a
+/// uniquely named file there: permission bits alone do not tell (root,
+/// read-only mounts, ACLs). Creates no directory.
+pub(super) fn check(file: &Path) -> Result<(), Invalid> {
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut existing = dir;
+    while !existing.exists() {
+        match existing.parent() {
+            Some(up) if !up.as_os_str().is_empty() => existing = up,
+            _ => existing = Path::new("."),
+        }
+    }
+    if !existing.is_dir() {
+        return invalid(
+            "log.file",
+            format!("{} is not a directory", existing.display()),
+        );
+    }
+    let probe = existing.join(format!(".pin-proxy-check-{}", std::process::id()));
+    let made = OpenOptions::new().write(true).create_new(true).open(&probe);
+    match made {
+        Ok(_) => {
+            // Best effort: a leftover empty probe file harms nothing.
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => {
+            let what = if existing == dir {
+                format!("cannot write log files in {}", dir.display())
+            } else {
+                format!(
+                    "cannot create the log directory {} in {}",
+                    dir.display(),
+                    existing.display()
+                )
+            };
+            invalid("log.file", format!("{what}: {e}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writable_or_creatable_directories_pass_and_nothing_is_left_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        check(&tmp.path().join("p.log")).unwrap();
+        let deep = tmp.path().join("a/b/p.log");
+        check(&deep).unwrap();
+        assert!(!tmp.path().join("a").exists(), "check creates nothing");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn unwritable_places_and_files_in_the_way_are_refused() {
+        let err = check(Path::new("/proc/pin-proxy/p.log")).unwrap_err();
+        assert_eq!(err.path, "log.file");
+        assert!(
+            err.message.contains("cannot create the log directory"),
+            "{}",
+            err.message
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        let err = check(&file.join("p.log")).unwrap_err();
+        assert!(
+            err.message.contains("is not a directory"),
+            "{}",
+            err.message
+        );
+    }
+}

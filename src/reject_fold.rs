@@ -1,0 +1,278 @@
+//! Folds repeated `rejected` events: a flood of refused clients logs at most
+//! [`LIMIT`] lines per [`WINDOW`] for each pool and reason, then one summary
+//! line per window with the number left out (`suppressed`), while it lasts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+/// Lines logged in full per window, per pool and reason.
+pub const LIMIT: u32 = 5;
+/// The folding window, and so the period of the summary lines.
+pub const WINDOW: Duration = Duration::from_secs(1);
+
+/// Why a client was refused at accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    /// Outside the pool's `allow` CIDRs.
+    AllowList,
+    /// The pool is at `max_connections`.
+    MaxConnections,
+}
+
+impl Reject {
+    const ALL: [Reject; 2] = [Reject::AllowList, Reject::MaxConnections];
+
+    /// The `reason` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reject::AllowList => "allow_list",
+            Reject::MaxConnections => "max_connections",
+        }
+    }
+}
+
+/// What to do with one occurrence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit {
+    /// Log it in full.
+    pub show: bool,
+    /// Left out in the previous window and not yet reported: log a summary first.
+    pub carried: u64,
+    /// The first one left out since no flush was pending: start a flush.
+    pub arm: bool,
+}
+
+/// What a pending flush should do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// The window is still open: look again then.
+    Wait(Instant),
+    /// The window closed with this many left out: log the summary.
+    Report(u64),
+    /// Nothing left to report: the flush ends.
+    Done,
+}
+
+/// One pool and reason's window (pure: time comes in as `now`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fold {
+    start: Option<Instant>,
+    shown: u32,
+    hidden: u64,
+    armed: bool,
+}
+
+impl Fold {
+    /// One occurrence at `now`.
+    pub fn hit(&mut self, now: Instant) -> Hit {
+        let mut carried = 0;
+        if self.start.is_none_or(|s| now >= s + WINDOW) {
+            carried = std::mem::take(&mut self.hidden);
+            self.start = Some(now);
+            self.shown = 0;
+        }
+        if self.shown < LIMIT {
+            self.shown += 1;
+            return Hit {
+                show: true,
+                carried,
+                arm: false,
+            };
+        }
+        self.hidden += 1;
+        let arm = !self.armed;
+        self.armed = true;
+        Hit {
+            show: false,
+            carried,
+            arm,
+        }
+    }
+
+    /// The pending flush looks at the window at `now`.
+    pub fn flush(&mut self, now: Instant) -> Flush {
+        let Some(start) = self.start else {
+            self.armed = false;
+            return Flush::Done;
+        };
+        if now < start + WINDOW {
+            return Flush::Wait(start + WINDOW);
+        }
+        self.start = None;
+        self.shown = 0;
+        match std::mem::take(&mut self.hidden) {
+            0 => {
+                self.armed = false;
+                Flush::Done
+            }
+            n => Flush::Report(n),
+        }
+    }
+}
+
+type Key = (String, usize);
+
+/// The folds of every pool, shared by the accept loops (several per pool:
+/// one per listen address and data worker).
+#[derive(Debug, Default)]
+pub struct RejectLog {
+    folds: Mutex<HashMap<Key, Fold>>,
+}
+
+impl RejectLog {
+    /// Log (or fold) one refused client. Spawns, on `tracker`, the flush
+    /// that reports the folded ones once the window closes; it stops early
+    /// when `token` is cancelled.
+    pub fn rejected(
+        self: &Arc<Self>,
+        pool: &str,
+        reason: Reject,
+        conn: u64,
+        client: std::net::SocketAddr,
+        tracker: &TaskTracker,
+        token: &CancellationToken,
+    ) {
+        let hit = self.with(pool, reason, |f| f.hit(Instant::now()));
+        if hit.carried > 0 {
+            summary(pool, reason, hit.carried);
+        }
+        if hit.show {
+            info!(pool, conn, client = %client, reason = reason.as_str(), "rejected");
+        }
+        if hit.arm {
+            let (log, pool, token) = (self.clone(), pool.to_owned(), token.clone());
+            tracker.spawn(async move {
+                let report = |n| summary(&pool, reason, n);
+                log.flush_loop(&pool, reason, &token, report).await;
+            });
+        }
+    }
+
+    /// Until nothing is left out: wait for the window to close, report.
+    async fn flush_loop(
+        &self,
+        pool: &str,
+        reason: Reject,
+        token: &CancellationToken,
+        report: impl Fn(u64),
+    ) {
+        loop {
+            match self.with(pool, reason, |f| f.flush(Instant::now())) {
+                Flush::Done => return,
+                Flush::Report(n) => report(n),
+                Flush::Wait(at) => tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep_until(at) => {}
+                },
+            }
+        }
+    }
+
+    fn with<T>(&self, pool: &str, reason: Reject, f: impl FnOnce(&mut Fold) -> T) -> T {
+        let i = Reject::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let mut folds = self.folds.lock().unwrap_or_else(|e| e.into_inner());
+        f(folds.entry((pool.to_owned(), i)).or_default())
+    }
+}
+
+fn summary(pool: &str, reason: Reject, suppressed: u64) {
+    info!(pool, reason = reason.as_str(), suppressed, "rejected");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_shows_the_first_few_then_counts_the_rest_per_window() {
+        let mut f = Fold::default();
+        let t = Instant::now();
+        let shown: Vec<Hit> = (0..LIMIT).map(|_| f.hit(t)).collect();
+        assert!(shown.iter().all(|h| h.show && h.carried == 0 && !h.arm));
+        let first_hidden = f.hit(t + MS);
+        assert_eq!(
+            first_hidden,
+            Hit {
+                show: false,
+                carried: 0,
+                arm: true
+            }
+        );
+        for _ in 0..99 {
+            assert!(!f.hit(t + 2 * MS).arm, "one flush per episode");
+        }
+        assert_eq!(f.flush(t + 500 * MS), Flush::Wait(t + WINDOW));
+        assert_eq!(f.flush(t + WINDOW), Flush::Report(100));
+        // Quiet since: the flush ends; the next one shows again.
+        assert_eq!(f.flush(t + 2 * WINDOW), Flush::Done);
+        assert!(f.hit(t + 3 * WINDOW).show);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hit_after_the_window_closed_reports_what_the_flush_did_not_yet() {
+        let mut f = Fold::default();
+        let t = Instant::now();
+        for _ in 0..LIMIT + 3 {
+            f.hit(t);
+        }
+        let next = f.hit(t + WINDOW + MS);
+        assert_eq!((next.show, next.carried), (true, 3));
+        assert_eq!(f.flush(t + WINDOW + MS), Flush::Wait(t + 2 * WINDOW + MS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_flush_reports_once_a_window_while_the_flood_lasts_then_stops() {
+        let log = Arc::new(RejectLog::default());
+        let counted = Arc::new(AtomicU64::new(0));
+        let summaries = Arc::new(AtomicU64::new(0));
+        let token = CancellationToken::new();
+        let mut flushes = Vec::new();
+        // Three windows of 100 refusals each, then quiet.
+        for _ in 0..3 {
+            for _ in 0..100 {
+                let hit = log.with("p", Reject::MaxConnections, |f| f.hit(Instant::now()));
+                counted.fetch_add(hit.carried, Ordering::Relaxed);
+                if hit.arm {
+                    let (log, token) = (log.clone(), token.clone());
+                    let (counted, summaries) = (counted.clone(), summaries.clone());
+                    flushes.push(tokio::spawn(async move {
+                        let report = |n| {
+                            counted.fetch_add(n, Ordering::Relaxed);
+                            summaries.fetch_add(1, Ordering::Relaxed);
+                        };
+                        log.flush_loop("p", Reject::MaxConnections, &token, report)
+                            .await;
+                    }));
+                }
+            }
+            tokio::time::sleep(WINDOW + MS).await;
+        }
+        for f in flushes {
+            f.await.unwrap();
+        }
+        assert_eq!(
+            counted.load(Ordering::Relaxed),
+            3 * u64::from(100 - LIMIT),
+            "every refusal is either shown or counted"
+        );
+        assert_eq!(
+            summaries.load(Ordering::Relaxed),
+            3,
+            "one summary per window, the last one after the flood"
+        );
+        // Quiet now: nothing pending, and the next refusal shows in full.
+        assert!(
+            log.with("p", Reject::MaxConnections, |f| f.hit(Instant::now()))
+                .show
+        );
+    }
+}
