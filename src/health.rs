@@ -283,12 +283,13 @@ impl BackendHealth {
         self.take_out(Reason::ConnectFailures, now, policy)
     }
 
-    /// A client connect found the backend's address to be one of this
-    /// proxy's own listeners: out at once (every connect would loop), unless
-    /// already out.
+    /// A client connect or a probe found the backend's address to be one
+    /// of this proxy's own listeners: out at once (every connect would
+    /// loop), unless already out; again, for a longer window, when its
+    /// window is over.
     pub fn self_loop(&mut self, now: Instant, policy: &Policy) -> Effect {
         self.last_failure = Some(now);
-        if self.quarantine.is_some() {
+        if self.quarantine.is_some_and(|q| now < q.until) {
             return Effect::None;
         }
         self.epoch += 1;

@@ -232,3 +232,13 @@ fn closes_at_once_of_one_incident_count_once_and_a_served_client_resets() {
         q(Reason::ConnectFailures, 10 * S)
     );
 }
+
+#[test]
+fn a_self_loop_takes_out_at_once_and_again_for_longer_while_it_lasts() {
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    assert_eq!(h.self_loop(t, &p), q(Reason::SelfLoop, 10 * S));
+    assert_eq!(h.state(), State::Down);
+    assert_eq!(h.self_loop(t + 9 * S, &p), Effect::None);
+    assert_eq!(h.self_loop(t + 10 * S, &p), q(Reason::SelfLoop, 20 * S));
+}

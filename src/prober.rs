@@ -6,6 +6,7 @@
 //! The first probe runs at once; a target whose last subscriber left stops.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -140,13 +141,22 @@ impl Prober {
             let Some(live) = self.live_subscribers(&target, &subs) else {
                 return;
             };
-            let report = tokio::select! {
-                () = self.token.cancelled() => return,
-                r = self.run(&target, url.as_ref(), &live) => r,
-            };
-            let now = Instant::now();
-            for (pool, id, epoch) in live {
-                pool.apply_probe(id, &report, epoch, now);
+            // A backend that is this proxy would be answered by another
+            // backend through our own listener: never probe through
+            // ourselves; take it out as a client connect would.
+            if let Some(to) = self.self_loop(&target, &live).await {
+                for (pool, id, _) in live {
+                    pool.record_self_loop(id, to);
+                }
+            } else {
+                let report = tokio::select! {
+                    () = self.token.cancelled() => return,
+                    r = self.run(&target, url.as_ref(), &live) => r,
+                };
+                let now = Instant::now();
+                for (pool, id, epoch) in live {
+                    pool.apply_probe(id, &report, epoch, now);
+                }
             }
             tokio::select! {
                 () = self.token.cancelled() => return,
@@ -218,6 +228,20 @@ impl Prober {
 }
 
 impl Prober {
+    /// Our own listener the target's address reaches, if any.
+    async fn self_loop(
+        &self,
+        target: &Target,
+        live: &[(Arc<Pool>, BackendId, u64)],
+    ) -> Option<SocketAddr> {
+        let (pool, _, _) = live.first()?;
+        let reached = pool.own().reached_by_name(&target.addr);
+        tokio::time::timeout(target.timeout, reached)
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// The shared chain of `network`; none for a custom magic.
     fn chain(&self, network: &str) -> Option<Arc<Chain>> {
         let params = pow::params(network)?;

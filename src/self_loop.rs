@@ -58,6 +58,18 @@ impl OwnListeners {
             .find(|l| reaches(to, *l, |ip| self.is_local_cached(ip)))
     }
 
+    /// The listener of ours that `addr` (`host:port`) resolves to, if any.
+    /// Resolves only when the port is one of ours, so probes of remote
+    /// nodes cost nothing more.
+    pub async fn reached_by_name(&self, addr: &str) -> Option<SocketAddr> {
+        let port: u16 = addr.rsplit_once(':')?.1.parse().ok()?;
+        if !self.addrs.load().iter().any(|l| l.port() == port) {
+            return None;
+        }
+        let resolved = tokio::net::lookup_host(addr).await.ok()?;
+        resolved.into_iter().find_map(|sa| self.reached_by(sa))
+    }
+
     fn is_local_cached(&self, ip: SocketAddr) -> bool {
         let now = Instant::now();
         let mut cache = self.local_ips.lock().unwrap_or_else(|e| e.into_inner());
