@@ -61,25 +61,17 @@ impl Pool {
     /// Record the outcome of a client connect to `backend` that began at
     /// `started`.
     pub fn record_connect(&self, backend: BackendId, started: Instant, ok: bool) {
-        let config = self.config();
-        let mut backends = self.backends();
-        let Some(b) = Pool::find(&mut backends, backend) else {
-            return;
-        };
         if ok {
-            b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
-            b.health.connect_succeeded();
+            let mut backends = self.backends();
+            if let Some(b) = Pool::find(&mut backends, backend) {
+                b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
+                b.health.connect_succeeded();
+            }
             return;
         }
-        b.stats
-            .connect_failures_total
-            .fetch_add(1, Ordering::Relaxed);
-        let effect = b
-            .health
-            .connect_failed(started, Instant::now(), &Policy::of(&config));
-        if self.report(b, effect) {
-            self.drain(&mut backends, &config);
-        }
+        self.record_failure(backend, |_, b, policy| {
+            b.health.connect_failed(started, Instant::now(), policy)
+        });
     }
 
     /// A client connection to `backend` that began at `started` was closed
@@ -87,29 +79,19 @@ impl Pool {
     /// banned our address does to every client. Counts toward
     /// `quarantine.failures` like a failed connect, one incident once.
     pub fn record_closed_at_once(&self, backend: BackendId, started: Instant) {
-        let config = self.config();
-        let mut backends = self.backends();
-        let Some(b) = Pool::find(&mut backends, backend) else {
-            return;
-        };
-        b.stats
-            .connect_failures_total
-            .fetch_add(1, Ordering::Relaxed);
-        let policy = Policy::of(&config);
-        let (effect, counted) = b.health.closed_at_once(started, Instant::now(), &policy);
-        b.stats
-            .closing_at_once
-            .store(b.health.closes_at_once > 0, Ordering::Relaxed);
-        if counted {
-            warn!(
-                pool = %self.name, backend = %b.config.name,
-                closes = b.health.closes_at_once, failures = policy.failures,
-                "closed_at_once"
-            );
-        }
-        if self.report(b, effect) {
-            self.drain(&mut backends, &config);
-        }
+        self.record_failure(backend, |pool, b, policy| {
+            let (effect, counted) = b.health.closed_at_once(started, Instant::now(), policy);
+            let closing = b.health.closes_at_once > 0;
+            b.stats.closing_at_once.store(closing, Ordering::Relaxed);
+            if counted {
+                warn!(
+                    pool = %pool.name, backend = %b.config.name,
+                    closes = b.health.closes_at_once, failures = policy.failures,
+                    "closed_at_once"
+                );
+            }
+            effect
+        });
     }
 
     /// A client connection received bytes from `backend`: the closes at
@@ -122,9 +104,28 @@ impl Pool {
         }
     }
 
-    /// A client connect found `backend`'s address to be our own listener
-    /// `to`: take it out at once (logged once, when it goes out).
+    /// A client connect or a probe found `backend`'s address to be our own
+    /// listener `to`: take it out at once (logged once per window).
     pub fn record_self_loop(&self, backend: BackendId, to: std::net::SocketAddr) {
+        self.record_failure(backend, |pool, b, policy| {
+            let effect = b.health.self_loop(Instant::now(), policy);
+            if effect != Effect::None {
+                warn!(
+                    pool = %pool.name, backend = %b.config.name, addr = b.config.addr.as_str(),
+                    listener = %to, "self_loop"
+                );
+            }
+            effect
+        });
+    }
+
+    /// Count a failure of client traffic on `backend`, apply it with
+    /// `apply`, and act on the effect.
+    fn record_failure(
+        &self,
+        backend: BackendId,
+        apply: impl FnOnce(&Pool, &mut Backend, &Policy) -> Effect,
+    ) {
         let config = self.config();
         let mut backends = self.backends();
         let Some(b) = Pool::find(&mut backends, backend) else {
@@ -133,13 +134,7 @@ impl Pool {
         b.stats
             .connect_failures_total
             .fetch_add(1, Ordering::Relaxed);
-        let effect = b.health.self_loop(Instant::now(), &Policy::of(&config));
-        if effect != Effect::None {
-            warn!(
-                pool = %self.name, backend = %b.config.name, addr = b.config.addr.as_str(),
-                listener = %to, "self_loop"
-            );
-        }
+        let effect = apply(self, b, &Policy::of(&config));
         if self.report(b, effect) {
             self.drain(&mut backends, &config);
         }

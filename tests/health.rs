@@ -12,18 +12,17 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
+use support::blockbook::RestTwin;
 use support::nodes::Node;
 use support::proxy::Proxy;
 use support::wait_until;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);
@@ -504,74 +503,6 @@ async fn one_bad_probe_between_good_ones_changes_nothing() {
     a.stop().await;
     let q = proxy.wait_event(about("quarantined", "a"), T);
     assert_eq!(q["reason"], "down");
-}
-
-/// A Blockbook REST twin on loopback: answers every GET with a status body
-/// (`inSync` as set), or, once gone, refuses connections.
-struct RestTwin {
-    addr: SocketAddr,
-    in_sync: Arc<Mutex<bool>>,
-    gone: CancellationToken,
-}
-
-impl RestTwin {
-    async fn start() -> RestTwin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let twin = RestTwin {
-            addr: listener.local_addr().unwrap(),
-            in_sync: Arc::new(Mutex::new(true)),
-            gone: CancellationToken::new(),
-        };
-        let (in_sync, gone) = (twin.in_sync.clone(), twin.gone.clone());
-        tokio::spawn(async move {
-            loop {
-                let stream = tokio::select! {
-                    () = gone.cancelled() => return,
-                    r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
-                };
-                let in_sync = *in_sync.lock().unwrap();
-                tokio::spawn(answer(stream, in_sync));
-            }
-        });
-        twin
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/api/", self.addr)
-    }
-
-    fn set_in_sync(&self, in_sync: bool) {
-        *self.in_sync.lock().unwrap() = in_sync;
-    }
-
-    /// Close the listener: the URL is unreachable from now on.
-    fn go_away(&self) {
-        self.gone.cancel();
-    }
-}
-
-/// Read one request head, answer with a Blockbook `/api/` status, close.
-async fn answer(mut stream: TcpStream, in_sync: bool) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
-        match stream.read(&mut buf).await {
-            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-            _ => return,
-        }
-    }
-    let body = format!(
-        "{{\"blockbook\":{{\"coin\":\"Litecoin\",\"inSync\":{in_sync},\"bestHeight\":500}},\
-         \"backend\":{{\"chain\":\"main\",\"blocks\":500}}}}"
-    );
-    let response = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    // The prober may have given up already; nothing to do about it here.
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
 }
 
 fn with_probe_url(name: &str, addr: SocketAddr, url: &str) -> String {

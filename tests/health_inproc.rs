@@ -276,18 +276,14 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
     assert_eq!(proxy.probes("a", "unknown"), 0);
 }
 
-/// With every backend taken out, the last leg keeps its clients and takes
-/// new ones (fail open); once a peer is usable again it is drained.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn last_leg_is_kept_until_a_peer_is_usable_again() {
-    let (a, b) = (sim(100).await, sim(100).await);
-    let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
+/// One client on each of `a` and `b`, then both quarantined by hand, B
+/// first: B's client is drained, A's (returned) is kept as the last leg.
+async fn both_out_last_leg_on_a(proxy: &Running) -> TcpStream {
     proxy.wait_state("a", "healthy").await;
     proxy.wait_state("b", "healthy").await;
-    let mut first = proxy.client().await;
+    let first = proxy.client().await;
     let mut on_b = proxy.client().await;
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
-
     proxy
         .pool
         .quarantine("b", Duration::from_secs(3600))
@@ -297,6 +293,16 @@ async fn last_leg_is_kept_until_a_peer_is_usable_again() {
         .pool
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
+    first
+}
+
+/// With every backend taken out, the last leg keeps its clients and takes
+/// new ones (fail open); once a peer is usable again it is drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_leg_is_kept_until_a_peer_is_usable_again() {
+    let (a, b) = (sim(100).await, sim(100).await);
+    let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
+    let mut first = both_out_last_leg_on_a(&proxy).await;
     assert!(proxy.none_closing("a"), "the last leg was drained");
     let mut second = proxy.client().await;
     proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
@@ -358,20 +364,7 @@ async fn a_node_behind_two_pools_is_probed_once_per_interval() {
 async fn backends_released_together_keep_the_last_leg() {
     let (a, b) = (sim(100).await, sim(100).await);
     let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
-    proxy.wait_state("a", "healthy").await;
-    proxy.wait_state("b", "healthy").await;
-    let _first = proxy.client().await;
-    let mut on_b = proxy.client().await;
-    proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
-    proxy
-        .pool
-        .quarantine("b", Duration::from_secs(3600))
-        .unwrap();
-    closed(&mut on_b).await;
-    proxy
-        .pool
-        .quarantine("a", Duration::from_secs(3600))
-        .unwrap();
+    let _first = both_out_last_leg_on_a(&proxy).await;
     let _second = proxy.client().await;
     proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
 

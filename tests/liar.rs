@@ -22,8 +22,9 @@ use pin_proxy::probe::{Report, Verdict};
 use pin_proxy::registry::Pool;
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
+use support::blockbook::RestTwin;
 use support::liar::{
-    Blockbook, Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
+    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
     headers_with_bad_work, live_on, probed, status_of, wait_healthy_probes, wait_live, with_url,
 };
 use support::litecoind::Litecoind;
@@ -142,9 +143,9 @@ async fn liar_beside_two_real_litecoin_nodes_drains_nobody() {
 async fn blockbook_reporting_a_far_height_makes_nobody_lag() {
     let nodes = [Node::hold().await, Node::hold().await, Node::hold().await];
     let twins = [
-        Blockbook::start(20).await,
-        Blockbook::start(20).await,
-        Blockbook::start(LIAR).await,
+        RestTwin::start_at(20).await,
+        RestTwin::start_at(20).await,
+        RestTwin::start_at(LIAR).await,
     ];
     let names = ["x", "y", "liar"];
     let backends: Vec<String> = (0..3)

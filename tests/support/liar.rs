@@ -197,61 +197,6 @@ async fn redial(addr: SocketAddr) {
     }
 }
 
-/// A Blockbook REST twin answering every GET with `inSync: true` and the
-/// `bestHeight` it is given.
-pub struct Blockbook {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Blockbook {
-    /// A twin reporting `height`.
-    pub async fn start(height: u64) -> Blockbook {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(answer(stream, height));
-            }
-        });
-        Blockbook { addr, task }
-    }
-
-    /// Its `/api/` URL.
-    pub fn url(&self) -> String {
-        format!("http://{}/api/", self.addr)
-    }
-}
-
-impl Drop for Blockbook {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn answer(mut stream: TcpStream, height: u64) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
-        match stream.read(&mut buf).await {
-            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-            _ => return,
-        }
-    }
-    let body = format!(
-        "{{\"blockbook\":{{\"coin\":\"Litecoin\",\"inSync\":true,\"bestHeight\":{height}}},\
-         \"backend\":{{\"chain\":\"regtest\",\"blocks\":{height}}}}}"
-    );
-    let response = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    // The prober may have given up already; nothing to do about it here.
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
-}
-
 /// A regtest P2P node that announces any `start_height` (negative too) and
 /// answers `getheaders` from a fixed list of headers (heights 1, 2, ...),
 /// after the first locator hash it finds among them.

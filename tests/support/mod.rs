@@ -2,6 +2,7 @@
 //! nodes, data generators, bounded waits.
 #![allow(dead_code)]
 
+pub mod blockbook;
 pub mod liar;
 pub mod litecoind;
 pub mod nodes;

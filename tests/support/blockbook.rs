@@ -1,0 +1,105 @@
+//! A Blockbook REST twin on loopback: answers every GET with a Blockbook
+//! `/api/` status body (`inSync` and `bestHeight` as set), or, once gone,
+//! refuses connections.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// What the twin reports.
+#[derive(Default)]
+struct Reply {
+    in_sync: AtomicBool,
+    height: AtomicU64,
+}
+
+/// A twin; stops listening when dropped or [`RestTwin::go_away`] is called.
+pub struct RestTwin {
+    addr: SocketAddr,
+    reply: Arc<Reply>,
+    gone: CancellationToken,
+}
+
+impl RestTwin {
+    /// In sync, at height 500.
+    pub async fn start() -> RestTwin {
+        RestTwin::start_at(500).await
+    }
+
+    /// In sync, at `height`.
+    pub async fn start_at(height: u64) -> RestTwin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let twin = RestTwin {
+            addr: listener.local_addr().unwrap(),
+            reply: Arc::new(Reply {
+                in_sync: AtomicBool::new(true),
+                height: AtomicU64::new(height),
+            }),
+            gone: CancellationToken::new(),
+        };
+        let (reply, gone) = (twin.reply.clone(), twin.gone.clone());
+        tokio::spawn(async move {
+            loop {
+                let stream = tokio::select! {
+                    () = gone.cancelled() => return,
+                    r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
+                };
+                let (in_sync, height) = (
+                    reply.in_sync.load(Ordering::Relaxed),
+                    reply.height.load(Ordering::Relaxed),
+                );
+                tokio::spawn(answer(stream, in_sync, height));
+            }
+        });
+        twin
+    }
+
+    /// Its `/api/` URL.
+    pub fn url(&self) -> String {
+        format!("http://{}/api/", self.addr)
+    }
+
+    /// Report `inSync` as `in_sync` from now on.
+    pub fn set_in_sync(&self, in_sync: bool) {
+        self.reply.in_sync.store(in_sync, Ordering::Relaxed);
+    }
+
+    /// Close the listener: the URL is unreachable from now on.
+    pub fn go_away(&self) {
+        self.gone.cancel();
+    }
+}
+
+impl Drop for RestTwin {
+    fn drop(&mut self) {
+        self.gone.cancel();
+    }
+}
+
+/// Read one request head, answer with a Blockbook `/api/` status, close.
+async fn answer(mut stream: TcpStream, in_sync: bool, height: u64) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+        match stream.read(&mut buf).await {
+            Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+            _ => return,
+        }
+    }
+    let body = format!(
+        "{{\"blockbook\":{{\"coin\":\"Litecoin\",\"inSync\":{in_sync},\"bestHeight\":{height}}},\
+         \"backend\":{{\"chain\":\"main\",\"blocks\":{height}}}}}"
+    );
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // The prober may have given up already; nothing to do about it here.
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
