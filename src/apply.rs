@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::close::CloseReason;
 use crate::config::PoolConfig;
 use crate::health::{Effect, Policy, Reason, State, Verdict};
 use crate::lag::{self, Claim, Judgement};
@@ -303,7 +304,7 @@ impl Pool {
         for b in backends.iter().filter(out) {
             let mut closed = 0u64;
             for entry in b.conns.values().filter(|e| e.closer.is_movable()) {
-                entry.closer.close("drained");
+                entry.closer.close(CloseReason::Drained);
                 closed += 1;
             }
             if closed > 0 {

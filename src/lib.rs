@@ -11,6 +11,7 @@
 //! - [`select`]: least-used choice (pure).
 //! - [`self_loop`]: a backend that is the proxy itself.
 //! - [`registry`]: per-pool backends, health, live connections, counters.
+//! - [`close`]: why a connection closed, and closing one from outside.
 //! - [`health`]: backend states and their transitions (pure).
 //! - [`lag`]: which heights count as the reference, who trails it (pure).
 //! - [`apply`]: applies connect outcomes, probe reports and manual commands
@@ -35,6 +36,7 @@
 pub mod admin;
 pub mod apply;
 pub mod client;
+pub mod close;
 pub mod config;
 pub mod connect;
 pub mod control;

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::close::CloseReason;
 use crate::config::{Config, IpNet, PoolConfig};
 use crate::control::{Control, ReloadRequest};
 use crate::prober::Prober;
@@ -212,7 +213,7 @@ impl Server {
         notify::stopping();
         info!("shutdown");
         for run in &self.pools {
-            run.pool.stop("shutdown");
+            run.pool.stop(CloseReason::Shutdown);
         }
         self.root.cancel();
         self.tracker.close();
@@ -286,7 +287,7 @@ impl Server {
         }
         for gone in self.pools.drain(..) {
             info!(pool = %gone.pool.name, "pool_removed");
-            gone.pool.stop("pool_removed");
+            gone.pool.stop(CloseReason::PoolRemoved);
         }
         self.pools = next;
         self.own.set(bound_addrs(&self.pools));
