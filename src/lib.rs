@@ -12,7 +12,8 @@
 //! - [`self_loop`]: a backend that is the proxy itself.
 //! - [`registry`]: per-pool backends, health, live connections, counters.
 //! - [`close`]: why a connection closed, and closing one from outside.
-//! - [`health`]: backend states and their transitions (pure).
+//! - [`health`]: backend states, probe outcomes, quarantine reasons and the
+//!   transitions between states (pure).
 //! - [`lag`]: which heights count as the reference, who trails it (pure).
 //! - [`apply`]: applies connect outcomes, probe reports and manual commands
 //!   to a pool; drains.

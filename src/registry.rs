@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
-use crate::health::{BackendHealth, Reason};
+use crate::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::select::{self, Candidate};
 use crate::self_loop::OwnListeners;
 
@@ -46,32 +46,19 @@ pub struct BackendStats {
     pub bytes_up: AtomicU64,
     /// Bytes backend → client.
     pub bytes_down: AtomicU64,
-    /// Probe results by outcome, indexed as [`OUTCOMES`].
-    pub probes: [AtomicU64; OUTCOMES.len()],
-    /// Quarantines by reason, indexed as [`REASONS`].
-    pub quarantines: [AtomicU64; REASONS.len()],
+    /// Probe results by outcome, at [`ProbeOutcome::index`].
+    pub probes: [AtomicU64; ProbeOutcome::ALL.len()],
+    /// Quarantines by reason, at [`QuarantineReason::index`].
+    pub quarantines: [AtomicU64; QuarantineReason::ALL.len()],
 }
-
-/// Probe outcomes, in the order of [`BackendStats::probes`].
-pub const OUTCOMES: [&str; 5] = ["healthy", "unknown", "unhealthy", "lagging", "down"];
-
-/// Quarantine reasons, in the order of [`BackendStats::quarantines`].
-pub const REASONS: [Reason; 6] = [
-    Reason::ConnectFailures,
-    Reason::Down,
-    Reason::Unhealthy,
-    Reason::Lagging,
-    Reason::Manual,
-    Reason::SelfLoop,
-];
 
 /// The last probe of a backend, as `/status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeRecord {
     /// When it finished.
     pub at: SystemTime,
-    /// `healthy`, `unknown`, `unhealthy`, `lagging` or `down`.
-    pub outcome: &'static str,
+    /// What it found.
+    pub outcome: ProbeOutcome,
     /// Why, in a few words.
     pub detail: String,
 }
