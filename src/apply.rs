@@ -9,12 +9,13 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::close::CloseReason;
 use crate::config::PoolConfig;
-use crate::health::{Effect, Policy, Reason, State, Verdict};
+use crate::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
 use crate::lag::{self, Claim, Judgement};
 use crate::probe::headers::Proof;
 use crate::probe::{self, Report};
-use crate::registry::{Backend, BackendId, OUTCOMES, Pool, ProbeRecord, REASONS};
+use crate::registry::{Backend, BackendId, Pool, ProbeRecord};
 
 /// A manual command named a backend the pool does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -173,34 +174,27 @@ impl Pool {
         }
         let max_lag = config.health.max_lag_blocks;
         let mut detail = None;
-        let verdict = match report.verdict {
+        let outcome = match report.verdict {
             probe::Verdict::Healthy => match report
                 .height
                 .map(|h| (h, lag::judge(h, b.proven, &others, max_lag)))
             {
-                Some((_, Judgement::Lagging { .. })) => Verdict::Bad(Reason::Lagging),
+                Some((_, Judgement::Lagging { .. })) => ProbeOutcome::Lagging,
                 Some((h, Judgement::Unproven { best_other })) => {
                     detail = Some(unproven(h, best_other, max_lag, &report.proof));
-                    Verdict::Unknown
+                    ProbeOutcome::Unknown
                 }
-                Some((_, Judgement::Fine)) | None => Verdict::Healthy,
+                Some((_, Judgement::Fine)) | None => ProbeOutcome::Healthy,
             },
-            probe::Verdict::Unknown => Verdict::Unknown,
-            probe::Verdict::Unhealthy => Verdict::Bad(Reason::Unhealthy),
-            probe::Verdict::Down => Verdict::Bad(Reason::Down),
+            probe::Verdict::Unknown => ProbeOutcome::Unknown,
+            probe::Verdict::Unhealthy => ProbeOutcome::Unhealthy,
+            probe::Verdict::Down => ProbeOutcome::Down,
         };
-        let outcome = match verdict {
-            Verdict::Healthy => "healthy",
-            Verdict::Unknown => "unknown",
-            Verdict::Bad(reason) => reason.as_str(),
-        };
-        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
-            b.stats.probes[i].fetch_add(1, Ordering::Relaxed);
-        }
+        b.stats.probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
         let detail = detail.unwrap_or_else(|| report.detail.clone());
         if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
             info!(
-                pool = %self.name, backend = %b.config.name, outcome,
+                pool = %self.name, backend = %b.config.name, outcome = outcome.as_str(),
                 height = report.height, detail = detail.as_str(), "probe"
             );
         }
@@ -210,7 +204,7 @@ impl Pool {
             detail,
         });
         let was_usable = b.health.is_usable();
-        let effect = b.health.probe(verdict, now, &Policy::of(&config));
+        let effect = b.health.probe(outcome, now, &Policy::of(&config));
         let changed = self.report(b, effect) || was_usable != b.health.is_usable();
         if changed {
             self.drain(&mut backends, &config);
@@ -229,7 +223,7 @@ impl Pool {
         self.report(
             b,
             Effect::Quarantined {
-                reason: Reason::Manual,
+                reason: QuarantineReason::Manual,
                 window,
             },
         );
@@ -271,9 +265,7 @@ impl Pool {
         match effect {
             Effect::None => false,
             Effect::Quarantined { reason, window } => {
-                if let Some(i) = REASONS.iter().position(|r| *r == reason) {
-                    b.stats.quarantines[i].fetch_add(1, Ordering::Relaxed);
-                }
+                b.stats.quarantines[reason.index()].fetch_add(1, Ordering::Relaxed);
                 warn!(
                     pool = %self.name, backend = %b.config.name, reason = reason.as_str(),
                     window_ms = window.as_millis() as u64, strikes = b.health.strikes,
@@ -303,7 +295,7 @@ impl Pool {
         for b in backends.iter().filter(out) {
             let mut closed = 0u64;
             for entry in b.conns.values().filter(|e| e.closer.is_movable()) {
-                entry.closer.close("drained");
+                entry.closer.close(CloseReason::Drained);
                 closed += 1;
             }
             if closed > 0 {

@@ -7,12 +7,33 @@ use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::BindError;
+use crate::config::ConfigError;
 use crate::registry::Pool;
 use crate::status::Status;
 
-/// A reload request: the answer is `Err(message)` when the new config was
-/// rejected (the old one keeps running).
-pub type ReloadRequest = oneshot::Sender<Result<(), String>>;
+/// A reload request: the answer is an error when the reload was refused
+/// (the old config keeps running).
+pub type ReloadRequest = oneshot::Sender<Result<(), ReloadError>>;
+
+/// Why a reload was refused; the old config keeps running. `Display` is
+/// the one line `reload_failed` logs and `POST /reload` answers with.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The server was started without a config file: nothing to re-read.
+    #[error("no config file to reload")]
+    NoConfigFile,
+    /// The new config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A listen address new in the config could not be bound. The line
+    /// ends with the OS error, so it is shown here, not chained as a source.
+    #[error("{0}: {io}", io = .0.source)]
+    Bind(BindError),
+    /// The server is stopping and applies no more reloads.
+    #[error("server is shutting down")]
+    ShuttingDown,
+}
 
 /// Shared, cheap to clone.
 #[derive(Clone)]
@@ -59,13 +80,41 @@ impl Control {
     /// Re-read the config file and apply it; waits for the outcome.
     ///
     /// # Errors
-    /// The reason the new config was rejected, or that the server is stopping.
-    pub async fn reload(&self) -> Result<(), String> {
+    /// Why the new config was refused, or that the server is stopping.
+    pub async fn reload(&self) -> Result<(), ReloadError> {
         let (tx, rx) = oneshot::channel();
         self.reload
             .send(tx)
             .await
-            .map_err(|_| "server is shutting down".to_owned())?;
-        rx.await.map_err(|_| "server is shutting down".to_owned())?
+            .map_err(|_| ReloadError::ShuttingDown)?;
+        rx.await.map_err(|_| ReloadError::ShuttingDown)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::io;
+
+    use super::*;
+
+    /// The bind failure reads as one line ending with the OS error, as the
+    /// `reload_failed` event and `POST /reload` have always shown it.
+    #[test]
+    fn a_bind_failure_is_one_line_with_the_os_error() {
+        let err = ReloadError::Bind(BindError {
+            owner: "pool p".to_owned(),
+            addr: "127.0.0.1:9333".parse().expect("address"),
+            source: io::Error::from(io::ErrorKind::AddrInUse),
+        });
+        assert_eq!(
+            err.to_string(),
+            "pool p: bind 127.0.0.1:9333: address in use"
+        );
+        assert!(err.source().is_none(), "not repeated as a source");
+        assert_eq!(
+            ReloadError::NoConfigFile.to_string(),
+            "no config file to reload"
+        );
     }
 }

@@ -54,9 +54,52 @@ impl fmt::Display for State {
     }
 }
 
+/// What one probe found, once the lag rule has been applied: the `outcome`
+/// of `probe` events, `/status` and `pin_proxy_probes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// Passed.
+    Healthy,
+    /// Could not tell; usable, neither passes nor fails.
+    Unknown,
+    /// Failed: the node says it is not fit to serve.
+    Unhealthy,
+    /// Failed: its height trails the reference by more than `max_lag_blocks`.
+    Lagging,
+    /// Failed: the node's own address refused or timed out the connect.
+    Down,
+}
+
+impl ProbeOutcome {
+    /// Every outcome, in the order of [`ProbeOutcome::index`].
+    pub const ALL: [ProbeOutcome; 5] = [
+        ProbeOutcome::Healthy,
+        ProbeOutcome::Unknown,
+        ProbeOutcome::Unhealthy,
+        ProbeOutcome::Lagging,
+        ProbeOutcome::Down,
+    ];
+
+    /// Its position in [`ProbeOutcome::ALL`], for per-outcome counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The name used in logs, `/status` and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeOutcome::Healthy => "healthy",
+            ProbeOutcome::Unknown => "unknown",
+            ProbeOutcome::Unhealthy => "unhealthy",
+            ProbeOutcome::Lagging => "lagging",
+            ProbeOutcome::Down => "down",
+        }
+    }
+}
+
 /// Why a backend was taken out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub enum QuarantineReason {
     /// `quarantine.failures` consecutive connect failures from client traffic.
     ConnectFailures,
     /// `health.fall` probes said down.
@@ -71,38 +114,44 @@ pub enum Reason {
     SelfLoop,
 }
 
-impl Reason {
+impl QuarantineReason {
+    /// Every reason, in the order of [`QuarantineReason::index`].
+    pub const ALL: [QuarantineReason; 6] = [
+        QuarantineReason::ConnectFailures,
+        QuarantineReason::Down,
+        QuarantineReason::Unhealthy,
+        QuarantineReason::Lagging,
+        QuarantineReason::Manual,
+        QuarantineReason::SelfLoop,
+    ];
+
+    /// Its position in [`QuarantineReason::ALL`], for per-reason counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name used in logs, `/status` and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
-            Reason::ConnectFailures => "connect_failures",
-            Reason::Down => "down",
-            Reason::Unhealthy => "unhealthy",
-            Reason::Lagging => "lagging",
-            Reason::Manual => "manual",
-            Reason::SelfLoop => "self_loop",
+            QuarantineReason::ConnectFailures => "connect_failures",
+            QuarantineReason::Down => "down",
+            QuarantineReason::Unhealthy => "unhealthy",
+            QuarantineReason::Lagging => "lagging",
+            QuarantineReason::Manual => "manual",
+            QuarantineReason::SelfLoop => "self_loop",
         }
     }
 
     fn state(self) -> State {
         match self {
-            Reason::ConnectFailures | Reason::Down | Reason::SelfLoop => State::Down,
-            Reason::Unhealthy => State::Unhealthy,
-            Reason::Lagging => State::Lagging,
-            Reason::Manual => State::Quarantined,
+            QuarantineReason::ConnectFailures
+            | QuarantineReason::Down
+            | QuarantineReason::SelfLoop => State::Down,
+            QuarantineReason::Unhealthy => State::Unhealthy,
+            QuarantineReason::Lagging => State::Lagging,
+            QuarantineReason::Manual => State::Quarantined,
         }
     }
-}
-
-/// A probe's verdict after the lag rule has been applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Passed.
-    Healthy,
-    /// Could not tell; usable, neither passes nor fails.
-    Unknown,
-    /// Failed for this reason (`Down`, `Unhealthy` or `Lagging`).
-    Bad(Reason),
 }
 
 /// A quarantine window.
@@ -111,7 +160,7 @@ pub struct Quarantine {
     /// When the window ends; after it, `rise` passed probes bring the backend back.
     pub until: Instant,
     /// Why.
-    pub reason: Reason,
+    pub reason: QuarantineReason,
 }
 
 /// The thresholds the rules use, from the pool's config.
@@ -157,7 +206,7 @@ pub enum Effect {
     /// Taken out for `window`.
     Quarantined {
         /// Why.
-        reason: Reason,
+        reason: QuarantineReason,
         /// How long.
         window: Duration,
     },
@@ -280,7 +329,7 @@ impl BackendHealth {
             return Effect::None;
         }
         self.epoch += 1;
-        self.take_out(Reason::ConnectFailures, now, policy)
+        self.take_out(QuarantineReason::ConnectFailures, now, policy)
     }
 
     /// A client connect or a probe found the backend's address to be one
@@ -293,54 +342,59 @@ impl BackendHealth {
             return Effect::None;
         }
         self.epoch += 1;
-        self.take_out(Reason::SelfLoop, now, policy)
+        self.take_out(QuarantineReason::SelfLoop, now, policy)
     }
 
-    /// Apply a probe verdict at `now`.
-    pub fn probe(&mut self, verdict: Verdict, now: Instant, policy: &Policy) -> Effect {
+    /// Apply a probe's outcome at `now`.
+    pub fn probe(&mut self, outcome: ProbeOutcome, now: Instant, policy: &Policy) -> Effect {
         let in_window = self.quarantine.is_some_and(|q| now < q.until);
-        match verdict {
-            Verdict::Healthy => {
-                self.bad_probes = 0;
-                match self.quarantine {
-                    None => {
-                        self.strikes = 0;
-                        self.base = State::Healthy;
-                        Effect::None
-                    }
-                    Some(_) if in_window => Effect::None,
-                    Some(_) => {
-                        self.good_probes += 1;
-                        if self.good_probes < policy.rise {
-                            return Effect::None;
-                        }
-                        self.quarantine = None;
-                        self.good_probes = 0;
-                        self.connect_failures = 0;
-                        self.closes_at_once = 0;
-                        self.base = State::Healthy;
-                        Effect::Released
-                    }
-                }
-            }
-            Verdict::Unknown => {
+        let reason = match outcome {
+            ProbeOutcome::Healthy => return self.passed(in_window, policy),
+            ProbeOutcome::Unknown => {
                 self.bad_probes = 0;
                 self.good_probes = 0;
                 if self.quarantine.is_none() {
                     self.base = State::Unknown;
                 }
+                return Effect::None;
+            }
+            ProbeOutcome::Unhealthy => QuarantineReason::Unhealthy,
+            ProbeOutcome::Lagging => QuarantineReason::Lagging,
+            ProbeOutcome::Down => QuarantineReason::Down,
+        };
+        self.bad_probes += 1;
+        self.good_probes = 0;
+        match self.quarantine {
+            Some(_) if in_window => Effect::None,
+            // The window is over and it is still bad: the next, longer one.
+            Some(_) => self.take_out(reason, now, policy),
+            None if self.bad_probes >= policy.fall => self.take_out(reason, now, policy),
+            None => Effect::None,
+        }
+    }
+
+    /// A probe passed: healthy again, or, once the window is over, one of
+    /// the `rise` passes that bring it back.
+    fn passed(&mut self, in_window: bool, policy: &Policy) -> Effect {
+        self.bad_probes = 0;
+        match self.quarantine {
+            None => {
+                self.strikes = 0;
+                self.base = State::Healthy;
                 Effect::None
             }
-            Verdict::Bad(reason) => {
-                self.bad_probes += 1;
-                self.good_probes = 0;
-                match self.quarantine {
-                    Some(_) if in_window => Effect::None,
-                    // The window is over and it is still bad: the next, longer one.
-                    Some(_) => self.take_out(reason, now, policy),
-                    None if self.bad_probes >= policy.fall => self.take_out(reason, now, policy),
-                    None => Effect::None,
+            Some(_) if in_window => Effect::None,
+            Some(_) => {
+                self.good_probes += 1;
+                if self.good_probes < policy.rise {
+                    return Effect::None;
                 }
+                self.quarantine = None;
+                self.good_probes = 0;
+                self.connect_failures = 0;
+                self.closes_at_once = 0;
+                self.base = State::Healthy;
+                Effect::Released
             }
         }
     }
@@ -352,7 +406,7 @@ impl BackendHealth {
         self.good_probes = 0;
         self.quarantine = Some(Quarantine {
             until: later(now, window),
-            reason: Reason::Manual,
+            reason: QuarantineReason::Manual,
         });
     }
 
@@ -368,7 +422,7 @@ impl BackendHealth {
         true
     }
 
-    fn take_out(&mut self, reason: Reason, now: Instant, policy: &Policy) -> Effect {
+    fn take_out(&mut self, reason: QuarantineReason, now: Instant, policy: &Policy) -> Effect {
         self.strikes += 1;
         self.bad_probes = 0;
         self.good_probes = 0;

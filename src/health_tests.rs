@@ -14,7 +14,7 @@ fn policy() -> Policy {
     }
 }
 
-fn q(reason: Reason, window: Duration) -> Effect {
+fn q(reason: QuarantineReason, window: Duration) -> Effect {
     Effect::Quarantined { reason, window }
 }
 
@@ -31,17 +31,17 @@ fn one_bad_probe_between_good_ones_changes_nothing() {
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
     for v in [
-        Verdict::Healthy,
-        Verdict::Bad(Reason::Down),
-        Verdict::Healthy,
+        ProbeOutcome::Healthy,
+        ProbeOutcome::Down,
+        ProbeOutcome::Healthy,
     ] {
         assert_eq!(h.probe(v, t, &p), Effect::None);
         assert!(h.is_usable());
     }
-    assert_eq!(h.probe(Verdict::Bad(Reason::Down), t, &p), Effect::None);
+    assert_eq!(h.probe(ProbeOutcome::Down, t, &p), Effect::None);
     assert_eq!(
-        h.probe(Verdict::Bad(Reason::Down), t, &p),
-        q(Reason::Down, 10 * S)
+        h.probe(ProbeOutcome::Down, t, &p),
+        q(QuarantineReason::Down, 10 * S)
     );
     assert_eq!(h.state(), State::Down);
     assert!(!h.is_usable());
@@ -51,18 +51,18 @@ fn one_bad_probe_between_good_ones_changes_nothing() {
 fn a_node_that_keeps_failing_escalates_and_one_success_resets() {
     let (p, mut t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
-    h.probe(Verdict::Bad(Reason::Lagging), t, &p);
+    h.probe(ProbeOutcome::Lagging, t, &p);
     assert_eq!(
-        h.probe(Verdict::Bad(Reason::Lagging), t, &p),
-        q(Reason::Lagging, 10 * S)
+        h.probe(ProbeOutcome::Lagging, t, &p),
+        q(QuarantineReason::Lagging, 10 * S)
     );
     assert_eq!(h.state(), State::Lagging);
     let mut windows = Vec::new();
     for _ in 0..3 {
         // Inside the window a bad probe neither extends nor shortens it.
-        assert_eq!(h.probe(Verdict::Bad(Reason::Down), t + S, &p), Effect::None);
+        assert_eq!(h.probe(ProbeOutcome::Down, t + S, &p), Effect::None);
         t = h.quarantine.unwrap().until;
-        match h.probe(Verdict::Bad(Reason::Down), t, &p) {
+        match h.probe(ProbeOutcome::Down, t, &p) {
             Effect::Quarantined { window, .. } => windows.push(window),
             other => panic!("expected re-quarantine, got {other:?}"),
         }
@@ -70,16 +70,16 @@ fn a_node_that_keeps_failing_escalates_and_one_success_resets() {
     assert_eq!(windows, [20 * S, 35 * S, 35 * S]);
     // Window over, `rise` = 2 passes bring it back; then a pass in service resets.
     t = h.quarantine.unwrap().until;
-    assert_eq!(h.probe(Verdict::Healthy, t, &p), Effect::None);
+    assert_eq!(h.probe(ProbeOutcome::Healthy, t, &p), Effect::None);
     assert!(!h.is_usable(), "one pass is not rise=2");
-    assert_eq!(h.probe(Verdict::Healthy, t, &p), Effect::Released);
+    assert_eq!(h.probe(ProbeOutcome::Healthy, t, &p), Effect::Released);
     assert_eq!(h.state(), State::Healthy);
-    assert_eq!(h.probe(Verdict::Healthy, t, &p), Effect::None);
+    assert_eq!(h.probe(ProbeOutcome::Healthy, t, &p), Effect::None);
     assert_eq!(h.strikes, 0);
-    h.probe(Verdict::Bad(Reason::Down), t, &p);
+    h.probe(ProbeOutcome::Down, t, &p);
     assert_eq!(
-        h.probe(Verdict::Bad(Reason::Down), t, &p),
-        q(Reason::Down, 10 * S)
+        h.probe(ProbeOutcome::Down, t, &p),
+        q(QuarantineReason::Down, 10 * S)
     );
 }
 
@@ -87,10 +87,10 @@ fn a_node_that_keeps_failing_escalates_and_one_success_resets() {
 fn return_is_probe_gated_and_passes_inside_the_window_do_not_count() {
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
-    h.probe(Verdict::Bad(Reason::Unhealthy), t, &p);
-    h.probe(Verdict::Bad(Reason::Unhealthy), t, &p);
+    h.probe(ProbeOutcome::Unhealthy, t, &p);
+    h.probe(ProbeOutcome::Unhealthy, t, &p);
     for _ in 0..5 {
-        assert_eq!(h.probe(Verdict::Healthy, t + S, &p), Effect::None);
+        assert_eq!(h.probe(ProbeOutcome::Healthy, t + S, &p), Effect::None);
     }
     assert_eq!(h.state(), State::Unhealthy);
     let after = t + 10 * S;
@@ -98,30 +98,30 @@ fn return_is_probe_gated_and_passes_inside_the_window_do_not_count() {
         !h.is_usable(),
         "the window ending alone brings nothing back"
     );
-    assert_eq!(h.probe(Verdict::Healthy, after, &p), Effect::None);
-    assert_eq!(h.probe(Verdict::Unknown, after, &p), Effect::None);
+    assert_eq!(h.probe(ProbeOutcome::Healthy, after, &p), Effect::None);
+    assert_eq!(h.probe(ProbeOutcome::Unknown, after, &p), Effect::None);
     assert_eq!(h.good_probes, 0, "unknown is not a pass");
-    h.probe(Verdict::Healthy, after, &p);
-    assert_eq!(h.probe(Verdict::Healthy, after, &p), Effect::Released);
+    h.probe(ProbeOutcome::Healthy, after, &p);
+    assert_eq!(h.probe(ProbeOutcome::Healthy, after, &p), Effect::Released);
 }
 
 #[test]
 fn manual_quarantine_lasts_exactly_its_window() {
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
-    h.probe(Verdict::Healthy, t, &p);
+    h.probe(ProbeOutcome::Healthy, t, &p);
     h.quarantine_manual(5 * S, t);
     assert_eq!(h.state(), State::Quarantined);
     for _ in 0..4 {
-        assert_eq!(h.probe(Verdict::Healthy, t + 4 * S, &p), Effect::None);
-        assert_eq!(
-            h.probe(Verdict::Bad(Reason::Down), t + 4 * S, &p),
-            Effect::None
-        );
+        assert_eq!(h.probe(ProbeOutcome::Healthy, t + 4 * S, &p), Effect::None);
+        assert_eq!(h.probe(ProbeOutcome::Down, t + 4 * S, &p), Effect::None);
     }
     assert_eq!(h.quarantine.unwrap().until, t + 5 * S, "not extended");
-    h.probe(Verdict::Healthy, t + 5 * S, &p);
-    assert_eq!(h.probe(Verdict::Healthy, t + 5 * S, &p), Effect::Released);
+    h.probe(ProbeOutcome::Healthy, t + 5 * S, &p);
+    assert_eq!(
+        h.probe(ProbeOutcome::Healthy, t + 5 * S, &p),
+        Effect::Released
+    );
 }
 
 #[test]
@@ -135,8 +135,8 @@ fn release_ends_the_window_but_stays_probe_gated() {
     assert!(h.release(t + S));
     assert!(h.epoch > e);
     assert!(!h.is_usable());
-    h.probe(Verdict::Healthy, t + S, &p);
-    assert_eq!(h.probe(Verdict::Healthy, t + S, &p), Effect::Released);
+    h.probe(ProbeOutcome::Healthy, t + S, &p);
+    assert_eq!(h.probe(ProbeOutcome::Healthy, t + S, &p), Effect::Released);
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn connect_failures_quarantine_and_one_outage_counts_once() {
     let e = h.epoch;
     assert_eq!(
         h.connect_failed(t0 + 3 * S, t0 + 3 * S, &p),
-        q(Reason::ConnectFailures, 10 * S)
+        q(QuarantineReason::ConnectFailures, 10 * S)
     );
     assert_eq!(h.state(), State::Down);
     assert!(
@@ -178,9 +178,9 @@ fn a_successful_connect_resets_the_failure_count() {
 fn unknown_verdicts_keep_a_backend_usable() {
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
-    h.probe(Verdict::Healthy, t, &p);
+    h.probe(ProbeOutcome::Healthy, t, &p);
     for _ in 0..5 {
-        assert_eq!(h.probe(Verdict::Unknown, t, &p), Effect::None);
+        assert_eq!(h.probe(ProbeOutcome::Unknown, t, &p), Effect::None);
     }
     assert_eq!(h.state(), State::Unknown);
     assert!(h.is_usable());
@@ -203,7 +203,7 @@ fn closes_at_once_count_as_failures_although_every_connect_succeeds() {
         [
             (Effect::None, true),
             (Effect::None, true),
-            (q(Reason::ConnectFailures, 10 * S), true)
+            (q(QuarantineReason::ConnectFailures, 10 * S), true)
         ]
     );
     assert_eq!(h.state(), State::Down);
@@ -229,7 +229,7 @@ fn closes_at_once_of_one_incident_count_once_and_a_served_client_resets() {
     assert!(h.is_usable());
     assert_eq!(
         h.connect_failed(t + 4 * S, t + 4 * S, &p),
-        q(Reason::ConnectFailures, 10 * S)
+        q(QuarantineReason::ConnectFailures, 10 * S)
     );
 }
 
@@ -237,8 +237,22 @@ fn closes_at_once_of_one_incident_count_once_and_a_served_client_resets() {
 fn a_self_loop_takes_out_at_once_and_again_for_longer_while_it_lasts() {
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
-    assert_eq!(h.self_loop(t, &p), q(Reason::SelfLoop, 10 * S));
+    assert_eq!(h.self_loop(t, &p), q(QuarantineReason::SelfLoop, 10 * S));
     assert_eq!(h.state(), State::Down);
     assert_eq!(h.self_loop(t + 9 * S, &p), Effect::None);
-    assert_eq!(h.self_loop(t + 10 * S, &p), q(Reason::SelfLoop, 20 * S));
+    assert_eq!(
+        h.self_loop(t + 10 * S, &p),
+        q(QuarantineReason::SelfLoop, 20 * S)
+    );
+}
+
+/// Counters are indexed by `index()`: it must be the position in `ALL`.
+#[test]
+fn vocabulary_indices_are_positions_in_all() {
+    for (i, o) in ProbeOutcome::ALL.into_iter().enumerate() {
+        assert_eq!(o.index(), i, "{o:?}");
+    }
+    for (i, r) in QuarantineReason::ALL.into_iter().enumerate() {
+        assert_eq!(r.index(), i, "{r:?}");
+    }
 }

@@ -11,7 +11,9 @@
 //! - [`select`]: least-used choice (pure).
 //! - [`self_loop`]: a backend that is the proxy itself.
 //! - [`registry`]: per-pool backends, health, live connections, counters.
-//! - [`health`]: backend states and their transitions (pure).
+//! - [`close`]: why a connection closed, and closing one from outside.
+//! - [`health`]: backend states, probe outcomes, quarantine reasons and the
+//!   transitions between states (pure).
 //! - [`lag`]: which heights count as the reference, who trails it (pure).
 //! - [`apply`]: applies connect outcomes, probe reports and manual commands
 //!   to a pool; drains.
@@ -35,6 +37,7 @@
 pub mod admin;
 pub mod apply;
 pub mod client;
+pub mod close;
 pub mod config;
 pub mod connect;
 pub mod control;

@@ -15,7 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::registry::{BackendStats, OUTCOMES, Pool, REASONS};
+use crate::health::{ProbeOutcome, QuarantineReason};
+use crate::registry::{BackendStats, Pool};
 
 /// `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -195,20 +196,22 @@ fn add(f: &Families, s: &Sample) {
         };
         f.bytes.get_or_create(&labels).inc_by(load(n));
     }
-    for (outcome, n) in OUTCOMES.iter().zip(&s.stats.probes) {
+    for outcome in ProbeOutcome::ALL {
         let labels = OutcomeLabels {
             pool: l.pool.clone(),
             backend: l.backend.clone(),
-            outcome,
+            outcome: outcome.as_str(),
         };
+        let n = &s.stats.probes[outcome.index()];
         f.probes.get_or_create(&labels).inc_by(load(n));
     }
-    for (reason, n) in REASONS.iter().zip(&s.stats.quarantines) {
+    for reason in QuarantineReason::ALL {
         let labels = ReasonLabels {
             pool: l.pool.clone(),
             backend: l.backend.clone(),
             reason: reason.as_str(),
         };
+        let n = &s.stats.quarantines[reason.index()];
         f.quarantines.get_or_create(&labels).inc_by(load(n));
     }
 }

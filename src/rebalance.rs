@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::{debug, info};
 
+use crate::close::CloseReason;
 use crate::connect;
 use crate::registry::{BackendId, Pool};
 
@@ -95,7 +96,7 @@ pub async fn tick(pool: &Pool) {
     };
     let newest = src.conns.iter().rev().find(|(_, e)| e.closer.is_movable());
     if let Some((conn, entry)) = newest {
-        entry.closer.close("rebalanced");
+        entry.closer.close(CloseReason::Rebalanced);
         pool.rebalance_moves.fetch_add(1, Ordering::Relaxed);
         info!(
             pool = %pool.name, from = %src.config.name, to = %dst.config.name, conn = *conn,

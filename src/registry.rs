@@ -12,17 +12,16 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use atomic_waker::AtomicWaker;
 use tokio_util::sync::CancellationToken;
 
+use crate::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
-use crate::health::{BackendHealth, Reason};
+use crate::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::select::{self, Candidate};
 use crate::self_loop::OwnListeners;
 
@@ -31,79 +30,6 @@ pub type ConnId = u64;
 
 /// Stable identity of a backend within its pool (survives reloads).
 pub type BackendId = u64;
-
-/// Closes one connection from outside, with a reason for its `closed` event.
-///
-/// Small on purpose (one per live connection): a state byte, the reason and
-/// the waker of the one task that serves the connection.
-#[derive(Debug, Default)]
-pub struct Closer {
-    state: AtomicU8,
-    reason: OnceLock<&'static str>,
-    waker: AtomicWaker,
-}
-
-const SPLICED: u8 = 1;
-const CLOSING: u8 = 2;
-
-impl Closer {
-    /// An open closer. Pool shutdown reaches it through the pool's registry
-    /// ([`Pool::stop`]), not through a token of its own.
-    pub fn new() -> Closer {
-        Closer::default()
-    }
-
-    /// The backend leg is up and bytes flow: from now on drain and
-    /// rebalance may close it. A client still connecting is left alone (it
-    /// fails over by itself if its backend went bad).
-    pub fn set_spliced(&self) {
-        self.state.fetch_or(SPLICED, Ordering::AcqRel);
-    }
-
-    /// True once spliced and not yet asked to close: what drain and
-    /// rebalance may act on.
-    pub fn is_movable(&self) -> bool {
-        self.state.load(Ordering::Acquire) == SPLICED
-    }
-
-    /// Ask the connection to close; the first reason given wins.
-    pub fn close(&self, reason: &'static str) {
-        // A second reason for the same close is not news: keep the first.
-        let _ = self.reason.set(reason);
-        self.state.fetch_or(CLOSING, Ordering::AcqRel);
-        self.waker.wake();
-    }
-
-    /// Ready once the connection must close; otherwise registers the task
-    /// to be woken then. Only the connection's own task polls this.
-    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.is_closing() {
-            return Poll::Ready(());
-        }
-        self.waker.register(cx.waker());
-        // A close between the check and the registration woke nobody.
-        if self.is_closing() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-
-    /// Resolves once the connection must close. Cancel-safe.
-    pub async fn closed(&self) {
-        std::future::poll_fn(|cx| self.poll_closed(cx)).await
-    }
-
-    /// True once asked to close.
-    pub fn is_closing(&self) -> bool {
-        self.state.load(Ordering::Acquire) & CLOSING != 0
-    }
-
-    /// Why it was closed; a parent cancellation means shutdown.
-    pub fn reason(&self) -> &'static str {
-        self.reason.get().copied().unwrap_or("shutdown")
-    }
-}
 
 /// Cumulative counters of one backend, shared with its connections.
 #[derive(Debug, Default)]
@@ -120,32 +46,19 @@ pub struct BackendStats {
     pub bytes_up: AtomicU64,
     /// Bytes backend → client.
     pub bytes_down: AtomicU64,
-    /// Probe results by outcome, indexed as [`OUTCOMES`].
-    pub probes: [AtomicU64; OUTCOMES.len()],
-    /// Quarantines by reason, indexed as [`REASONS`].
-    pub quarantines: [AtomicU64; REASONS.len()],
+    /// Probe results by outcome, at [`ProbeOutcome::index`].
+    pub probes: [AtomicU64; ProbeOutcome::ALL.len()],
+    /// Quarantines by reason, at [`QuarantineReason::index`].
+    pub quarantines: [AtomicU64; QuarantineReason::ALL.len()],
 }
-
-/// Probe outcomes, in the order of [`BackendStats::probes`].
-pub const OUTCOMES: [&str; 5] = ["healthy", "unknown", "unhealthy", "lagging", "down"];
-
-/// Quarantine reasons, in the order of [`BackendStats::quarantines`].
-pub const REASONS: [Reason; 6] = [
-    Reason::ConnectFailures,
-    Reason::Down,
-    Reason::Unhealthy,
-    Reason::Lagging,
-    Reason::Manual,
-    Reason::SelfLoop,
-];
 
 /// The last probe of a backend, as `/status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeRecord {
     /// When it finished.
     pub at: SystemTime,
-    /// `healthy`, `unknown`, `unhealthy`, `lagging` or `down`.
-    pub outcome: &'static str,
+    /// What it found.
+    pub outcome: ProbeOutcome,
     /// Why, in a few words.
     pub detail: String,
 }
@@ -225,7 +138,7 @@ pub struct Pool {
     /// Cancelled when the pool stops (shutdown or removal by reload).
     pub token: CancellationToken,
     /// Set by [`Pool::stop`]: the reason every connection closes with.
-    stopped: OnceLock<&'static str>,
+    stopped: OnceLock<CloseReason>,
     /// Every listener of the process, which backend legs never dial.
     own: Arc<OwnListeners>,
 }
@@ -315,7 +228,7 @@ impl Pool {
         for gone in old {
             tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
             for entry in gone.conns.values() {
-                entry.closer.close("backend_removed");
+                entry.closer.close(CloseReason::BackendRemoved);
             }
         }
         self.config.store(Arc::new(config));
@@ -347,14 +260,14 @@ impl Pool {
 
     /// Stop the pool: cancel its token (listeners, rebalancer) and close
     /// every connection with `reason`, including one that registers later.
-    pub fn stop(&self, reason: &'static str) {
+    pub fn stop(&self, reason: CloseReason) {
         let _ = self.stopped.set(reason);
         self.token.cancel();
         self.close_all(reason);
     }
 
     /// Close every connection of the pool with `reason`.
-    pub fn close_all(&self, reason: &'static str) {
+    pub fn close_all(&self, reason: CloseReason) {
         for b in self.backends().iter() {
             for entry in b.conns.values() {
                 entry.closer.close(reason);
@@ -401,7 +314,7 @@ impl Pool {
         if let Some(reason) = self.stopped.get() {
             // Stopped between this client's accept and now: `stop` has
             // already swept the registry, so close it here.
-            entry.closer.close(reason);
+            entry.closer.close(*reason);
         }
         chosen.conns.insert(conn, entry);
         let target = Target {
@@ -489,16 +402,16 @@ mod tests {
         let before = entry();
         let (_lease, _) = pool.reserve(1, before.clone(), &[]).unwrap();
         assert!(!before.closer.is_closing());
-        pool.stop("pool_removed");
+        pool.stop(CloseReason::PoolRemoved);
         assert!(pool.token.is_cancelled());
         assert!(before.closer.is_closing());
-        assert_eq!(before.closer.reason(), "pool_removed");
+        assert_eq!(before.closer.reason(), CloseReason::PoolRemoved);
         // A client accepted just before the stop registers just after it:
         // it must not be left running on a stopped pool.
         let after = entry();
         let (_lease, _) = pool.reserve(2, after.clone(), &[]).unwrap();
         assert!(after.closer.is_closing());
-        assert_eq!(after.closer.reason(), "pool_removed");
+        assert_eq!(after.closer.reason(), CloseReason::PoolRemoved);
     }
 
     /// Drained before its connect finished: goes elsewhere. Spliced
@@ -524,7 +437,7 @@ mod tests {
             early.closer.is_closing(),
             "spliced before the drain: closed by it"
         );
-        assert_eq!(early.closer.reason(), "drained");
+        assert_eq!(early.closer.reason(), CloseReason::Drained);
         // A third client that chose A before the quarantine, connected after.
         let third = entry();
         assert!(
@@ -537,17 +450,5 @@ mod tests {
             .unwrap();
         assert!(pool.splice_if_wanted(a, true, &third.closer));
         assert!(pool.splice_if_wanted(a, false, &late.closer));
-    }
-
-    #[test]
-    fn a_closer_is_movable_only_while_spliced_and_open() {
-        let closer = Closer::new();
-        assert!(!closer.is_movable(), "still connecting");
-        closer.set_spliced();
-        assert!(closer.is_movable());
-        closer.close("drained");
-        closer.close("rebalanced");
-        assert!(!closer.is_movable());
-        assert_eq!(closer.reason(), "drained", "the first reason wins");
     }
 }

@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::close::CloseReason;
 use crate::config::{Config, IpNet, PoolConfig};
-use crate::control::{Control, ReloadRequest};
+use crate::control::{Control, ReloadError, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
 use crate::self_loop::OwnListeners;
@@ -212,7 +213,7 @@ impl Server {
         notify::stopping();
         info!("shutdown");
         for run in &self.pools {
-            run.pool.stop("shutdown");
+            run.pool.stop(CloseReason::Shutdown);
         }
         self.root.cancel();
         self.tracker.close();
@@ -233,20 +234,20 @@ impl Server {
 
     /// Re-read the config file and apply it. Everything that can fail
     /// (parsing, binding new addresses) happens before anything changes.
-    fn reload(&mut self, prober: &Prober) -> Result<(), String> {
+    fn reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
         notify::reloading();
         let result = self.try_reload(prober);
         match &result {
             Ok(()) => info!(pools = self.pools.len(), "reloaded"),
-            Err(err) => error!(err = err.as_str(), "reload_failed"),
+            Err(err) => error!(err = err.to_string().as_str(), "reload_failed"),
         }
         notify::ready();
         result
     }
 
-    fn try_reload(&mut self, prober: &Prober) -> Result<(), String> {
-        let path = self.path.clone().ok_or("no config file to reload")?;
-        let new = Config::load(&path).map_err(|e| e.to_string())?;
+    fn try_reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
+        let path = self.path.clone().ok_or(ReloadError::NoConfigFile)?;
+        let new = Config::load(&path)?;
         // Bind what is new first; on any error drop it all and keep running as before.
         let mut fresh: HashMap<String, Vec<Listen>> = HashMap::new();
         for pc in &new.pools {
@@ -257,8 +258,7 @@ impl Server {
                 .copied()
                 .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.serves(*a))))
                 .collect();
-            let listens =
-                bind_all(pc, &wanted, self.workers.len()).map_err(|e| format!("{e:#}"))?;
+            let listens = bind_all(pc, &wanted, self.workers.len()).map_err(ReloadError::Bind)?;
             fresh.insert(pc.name.clone(), listens);
         }
         let mut next = Vec::new();
@@ -286,7 +286,7 @@ impl Server {
         }
         for gone in self.pools.drain(..) {
             info!(pool = %gone.pool.name, "pool_removed");
-            gone.pool.stop("pool_removed");
+            gone.pool.stop(CloseReason::PoolRemoved);
         }
         self.pools = next;
         self.own.set(bound_addrs(&self.pools));
@@ -332,7 +332,11 @@ fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, workers: &Worke
 /// Bind `addrs` for pool `pc`, `sockets` times each (one per data worker,
 /// on the same port), logging `listening` for each address. The listeners
 /// are not tied to a pool until [`adopt`]ed.
-fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr], sockets: usize) -> anyhow::Result<Vec<Listen>> {
+fn bind_all(
+    pc: &PoolConfig,
+    addrs: &[SocketAddr],
+    sockets: usize,
+) -> Result<Vec<Listen>, BindError> {
     let name = &pc.name;
     let mut out = Vec::new();
     for addr in addrs {
@@ -342,7 +346,7 @@ fn bind_all(pc: &PoolConfig, addrs: &[SocketAddr], sockets: usize) -> anyhow::Re
         sockopt::check_free(*addr).map_err(failed)?;
         let first = bind(*addr)?;
         // A port-0 address: the rest join the port the first one got.
-        let local = first.local_addr()?;
+        let local = first.local_addr().map_err(failed)?;
         let mut pending = vec![first];
         for _ in 1..sockets {
             pending.push(bind(local)?);

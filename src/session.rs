@@ -11,8 +11,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::close::{CloseReason, Closer};
 use crate::connect::{self, ConnectError};
-use crate::registry::{Admission, BackendId, Closer, ConnEntry, ConnId, Lease, Pool, Target};
+use crate::registry::{Admission, BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 use crate::{sockopt, splice};
 
 /// Serve one accepted client until it closes.
@@ -53,7 +54,7 @@ pub fn serve(
             pool = %pool.name, backend = %target.config.name, conn, client = %peer,
             bytes_up = out.bytes_up, bytes_down = out.bytes_down,
             duration_ms = started.elapsed().as_millis() as u64,
-            reason = out.reason, err, "closed"
+            reason = out.reason.as_str(), err, "closed"
         );
     }
 }
@@ -65,7 +66,7 @@ const CLOSED_AT_ONCE: Duration = Duration::from_secs(2);
 /// Tell the pool when the backend refused this client (closed it at once
 /// with nothing sent), or served one after refusing others.
 fn judge_ending(pool: &Pool, target: &Target, out: &splice::Outcome, started: Instant) {
-    let by_backend = matches!(out.reason, "backend_closed" | "backend_error");
+    let by_backend = out.reason.by_backend();
     if by_backend && out.bytes_down == 0 && started.elapsed() < CLOSED_AT_ONCE {
         pool.record_closed_at_once(target.id, started);
     } else if out.bytes_down > 0 && target.stats.closing_at_once.load(Ordering::Relaxed) {
@@ -102,7 +103,7 @@ async fn open(
                     pool = %pool.name, conn, client = %peer,
                     bytes_up = 0u64, bytes_down = 0u64,
                     duration_ms = started.elapsed().as_millis() as u64,
-                    reason, "closed"
+                    reason = reason.as_str(), "closed"
                 );
                 return None;
             }
@@ -129,12 +130,12 @@ async fn connect_some(
     peer: SocketAddr,
     entry: &ConnEntry,
     timeout: Duration,
-) -> Result<(Lease, Target, TcpStream), &'static str> {
+) -> Result<(Lease, Target, TcpStream), CloseReason> {
     let mut tried: Vec<BackendId> = Vec::new();
     loop {
         let (lease, target) = pool
             .reserve(conn, entry.clone(), &tried)
-            .ok_or("no_backend")?;
+            .ok_or(CloseReason::NoBackend)?;
         tried.push(target.id);
         let attempt = Instant::now();
         let result = tokio::select! {
@@ -158,7 +159,7 @@ async fn connect_some(
             }
             Err(err) if err.is_local() => {
                 log_failure(pool, &target, conn, peer, &err);
-                return Err("local_resources");
+                return Err(CloseReason::LocalResources);
             }
             Err(err) => {
                 drop(lease);

@@ -39,7 +39,8 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::registry::{BackendStats, Closer};
+use crate::close::{CloseReason, Closer};
+use crate::registry::BackendStats;
 use crate::sockopt;
 
 /// Bytes moved per read/write while a direction is busy.
@@ -56,9 +57,9 @@ pub struct Outcome {
     pub bytes_up: u64,
     /// Bytes backend → client.
     pub bytes_down: u64,
-    /// `client_closed`, `backend_closed`, `client_error`, `backend_error`,
-    /// `idle_timeout`, or the reason given to the connection's closer.
-    pub reason: &'static str,
+    /// How the splice itself ended (a side closed or failed, or the idle
+    /// timeout), or the reason given to the connection's closer.
+    pub reason: CloseReason,
     /// The I/O error, when there was one.
     pub error: Option<io::Error>,
 }
@@ -158,7 +159,7 @@ struct Held {
 /// writing one).
 type Fault = (bool, io::Error);
 
-type Ended = (&'static str, Option<io::Error>);
+type Ended = (CloseReason, Option<io::Error>);
 
 impl Splice<'_> {
     fn poll_both(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
@@ -207,8 +208,8 @@ impl Splice<'_> {
         }
         if self.up.done && self.down.done {
             let reason = match self.first_eof {
-                Some(Side::Backend) => "backend_closed",
-                _ => "client_closed",
+                Some(Side::Backend) => CloseReason::BackendClosed,
+                _ => CloseReason::ClientClosed,
             };
             return Poll::Ready((reason, None));
         }
@@ -217,7 +218,7 @@ impl Splice<'_> {
                 idle.last = Instant::now();
             }
             if idle.poll_expired(cx).is_ready() {
-                return Poll::Ready(("idle_timeout", None));
+                return Poll::Ready((CloseReason::IdleTimeout, None));
             }
         }
         Poll::Pending
@@ -227,8 +228,8 @@ impl Splice<'_> {
     /// it learns it was an error and not a clean end.
     fn fail(&self, side: Side, e: io::Error) -> Ended {
         let (other, reason) = match side {
-            Side::Client => (self.backend, "client_error"),
-            Side::Backend => (self.client, "backend_error"),
+            Side::Client => (self.backend, CloseReason::ClientError),
+            Side::Backend => (self.client, CloseReason::BackendError),
         };
         sockopt::reset_on_close(other);
         (reason, Some(e))

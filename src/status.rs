@@ -102,7 +102,7 @@ impl Pool {
                 strikes: b.health.strikes,
                 last_probe: b.last_probe.as_ref().map(|p| ProbeStatus {
                     at: rfc3339(p.at),
-                    outcome: p.outcome.to_owned(),
+                    outcome: p.outcome.as_str().to_owned(),
                     detail: p.detail.clone(),
                 }),
                 bytes_up: b.stats.bytes_up.load(Ordering::Relaxed),

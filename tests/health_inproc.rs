@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use pin_proxy::Server;
 use pin_proxy::config::Config;
-use pin_proxy::registry::{OUTCOMES, Pool};
+use pin_proxy::health::ProbeOutcome;
+use pin_proxy::registry::Pool;
 use pin_proxy::simnode::SimNode;
 use pin_proxy::status::BackendStatus;
 use support::{wait_until, within};
@@ -94,11 +95,10 @@ impl Running {
     }
 
     /// Probe results of `outcome` applied to backend `name` so far.
-    fn probes(&self, name: &str, outcome: &str) -> u64 {
-        let i = OUTCOMES.iter().position(|o| *o == outcome).unwrap();
+    fn probes(&self, name: &str, outcome: ProbeOutcome) -> u64 {
         let backends = self.pool.backends();
         let b = backends.iter().find(|b| b.config.name == name).unwrap();
-        b.stats.probes[i].load(std::sync::atomic::Ordering::Relaxed)
+        b.stats.probes[outcome.index()].load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn wait_state(&self, name: &str, state: &str) {
@@ -177,7 +177,7 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
 
     let started = Instant::now();
     proxy.pool.quarantine("a", WINDOW).unwrap();
-    let passed_before = proxy.probes("a", "healthy");
+    let passed_before = proxy.probes("a", ProbeOutcome::Healthy);
     let q = proxy.backend("a").quarantine.expect("quarantined");
     assert_eq!(
         (proxy.state("a").as_str(), q.reason.as_str()),
@@ -190,7 +190,7 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
 
     proxy.wait_state("a", "healthy").await;
     let lasted = started.elapsed();
-    let passed = proxy.probes("a", "healthy") - passed_before;
+    let passed = proxy.probes("a", ProbeOutcome::Healthy) - passed_before;
     assert!(
         lasted >= WINDOW,
         "window of {WINDOW:?} ended after {lasted:?}"
@@ -228,10 +228,10 @@ async fn release_ends_the_window_but_waits_for_a_passing_probe() {
         .unwrap();
     // Reached but not answering: the probes after the release say unknown.
     a.set_silent(true);
-    let unknown = proxy.probes("a", "unknown");
+    let unknown = proxy.probes("a", ProbeOutcome::Unknown);
     assert_eq!(proxy.pool.release("a"), Ok(true));
     wait_until("two unknown probes after the release", T, || {
-        proxy.probes("a", "unknown") >= unknown + 2
+        proxy.probes("a", ProbeOutcome::Unknown) >= unknown + 2
     })
     .await;
     assert_eq!(
@@ -273,7 +273,7 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
         b.state == "healthy"
     })
     .await;
-    assert_eq!(proxy.probes("a", "unknown"), 0);
+    assert_eq!(proxy.probes("a", ProbeOutcome::Unknown), 0);
 }
 
 /// One client on each of `a` and `b`, then both quarantined by hand, B
@@ -373,9 +373,9 @@ async fn backends_released_together_keep_the_last_leg() {
     assert_eq!(proxy.pool.release("b"), Ok(true));
     assert_eq!(proxy.pool.release("a"), Ok(true));
     proxy.wait_state("b", "healthy").await;
-    let unknown = proxy.probes("a", "unknown");
+    let unknown = proxy.probes("a", ProbeOutcome::Unknown);
     wait_until("a probed after b's return", T, || {
-        proxy.probes("a", "unknown") > unknown
+        proxy.probes("a", ProbeOutcome::Unknown) > unknown
     })
     .await;
     assert!(proxy.none_closing("a"), "A's kept clients were drained");

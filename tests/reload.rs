@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use pin_proxy::Server;
 use pin_proxy::config::Config;
+use pin_proxy::control::ReloadError;
 use support::nodes::Node;
 use support::proxy::Proxy;
 use support::{wait_until, within};
@@ -153,7 +154,11 @@ async fn quarantine_and_strikes_survive_a_reload() {
     // A broken file is refused through the same path, with the reason.
     std::fs::write(&path, "pools: [").unwrap();
     let err = control.reload().await.unwrap_err();
-    assert!(err.contains("config.yaml"), "{err}");
+    assert!(
+        matches!(err, ReloadError::Config(_)),
+        "refused as an invalid config: {err:?}"
+    );
+    assert!(err.to_string().contains("config.yaml"), "{err}");
     assert_eq!(p.status().backends.len(), 2, "the old config keeps running");
     stop.send(()).unwrap();
     within("server stops", T, running).await.unwrap();

@@ -367,7 +367,7 @@ async fn reload(ctx: &Ctx) -> Result<Answer, Fail> {
             StatusCode::SERVICE_UNAVAILABLE,
             "server is shutting down",
         )),
-        Err(msg) => Err(Fail::new(StatusCode::UNPROCESSABLE_ENTITY, msg)),
+        Err(err) => Err(Fail::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string())),
     }
 }
 

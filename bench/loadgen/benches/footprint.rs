@@ -9,8 +9,9 @@ use std::mem::size_of_val;
 use std::path::Path;
 use std::sync::Arc;
 
+use pin_proxy::close::Closer;
 use pin_proxy::config::Config;
-use pin_proxy::registry::{BackendStats, Closer, Pool};
+use pin_proxy::registry::{BackendStats, Pool};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;

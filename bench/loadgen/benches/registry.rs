@@ -18,9 +18,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pin_proxy::close::Closer;
 use pin_proxy::config::{Config, PoolConfig};
 use pin_proxy::rebalance::{self, Load};
-use pin_proxy::registry::{Closer, ConnEntry, Lease, Pool};
+use pin_proxy::registry::{ConnEntry, Lease, Pool};
 use pin_proxy::select::{self, Candidate};
 use tokio_util::sync::CancellationToken;
 
