@@ -17,7 +17,7 @@ pub const LIMIT: u32 = 5;
 pub const WINDOW: Duration = Duration::from_secs(1);
 
 /// Why a client was refused at accept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reject {
     /// Outside the pool's `allow` CIDRs.
     AllowList,
@@ -26,8 +26,6 @@ pub enum Reject {
 }
 
 impl Reject {
-    const ALL: [Reject; 2] = [Reject::AllowList, Reject::MaxConnections];
-
     /// The `reason` field.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -116,7 +114,7 @@ impl Fold {
     }
 }
 
-type Key = (String, usize);
+type Key = (String, Reject);
 
 /// The folds of every pool, shared by the accept loops (several per pool:
 /// one per listen address and data worker).
@@ -175,9 +173,8 @@ impl RejectLog {
     }
 
     fn with<T>(&self, pool: &str, reason: Reject, f: impl FnOnce(&mut Fold) -> T) -> T {
-        let i = Reject::ALL.iter().position(|r| *r == reason).unwrap_or(0);
         let mut folds = self.folds.lock().unwrap_or_else(|e| e.into_inner());
-        f(folds.entry((pool.to_owned(), i)).or_default())
+        f(folds.entry((pool.to_owned(), reason)).or_default())
     }
 }
 

@@ -1,6 +1,6 @@
 //! The typed, validated configuration: what `config.yaml` means once parsed.
 //!
-//! Parsing, default merging and validation live in [`parse`]; the printed
+//! Parsing, default merging and validation live in `parse`; the printed
 //! summary of `pin-proxy check` lives in [`describe`]. Every value here is
 //! final: no `Option` stands for "use the default".
 

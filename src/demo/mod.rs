@@ -2,9 +2,9 @@
 //! and a handful of P2P clients, all on loopback, put through a scripted
 //! node failure, recovery and lag while the proxy's own log tells the story.
 //!
-//! - [`client`]: the demo's P2P clients (handshake, hold, redial).
-//! - [`story`]: the scripted steps and the state each one waits for.
-//! - [`summary`]: the closing table of clients, nodes and step timings.
+//! - `client`: the demo's P2P clients (handshake, hold, redial).
+//! - `story`: the scripted steps and the state each one waits for.
+//! - `summary`: the closing table of clients, nodes and step timings.
 
 mod client;
 mod story;

@@ -3,7 +3,7 @@
 //! locator and resume a proof where the last one stopped.
 //!
 //! Only headers that passed [`ChainParams::check`] enter. The last
-//! [`DENSE`] heights are kept whole, older ones every [`SPARSE`] blocks, so
+//! `DENSE` heights are kept whole, older ones every `SPARSE` blocks, so
 //! the record stays a few thousand entries on any chain.
 
 use std::sync::{Mutex, PoisonError};
