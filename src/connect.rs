@@ -147,8 +147,8 @@ async fn dial(
         }
         match connect_addr(sa, deadline).await {
             Ok(stream) => return Ok(stream),
-            Err(Step::Failed(e)) => last = Some(e),
-            Err(Step::TimedOut) => return Err(timed_out()),
+            Err(AddrFailure::Failed(e)) => last = Some(e),
+            Err(AddrFailure::TimedOut) => return Err(timed_out()),
         }
     }
     if let Some(to) = ours {
@@ -170,14 +170,14 @@ async fn dial(
 }
 
 /// How connecting to one address ended, short of success.
-enum Step {
+enum AddrFailure {
     Failed(io::Error),
     TimedOut,
 }
 
-impl From<io::Error> for Step {
-    fn from(e: io::Error) -> Step {
-        Step::Failed(e)
+impl From<io::Error> for AddrFailure {
+    fn from(e: io::Error) -> AddrFailure {
+        AddrFailure::Failed(e)
     }
 }
 
@@ -187,7 +187,7 @@ impl From<io::Error> for Step {
 /// neither error nor hang-up), as HAProxy does; `SO_ERROR` is fetched only
 /// when the event says the connect failed. That saves a syscall per
 /// backend leg.
-async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, Step> {
+async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, AddrFailure> {
     let socket = Socket::new(
         Domain::for_address(sa),
         Type::STREAM.nonblocking().cloexec(),
@@ -196,18 +196,18 @@ async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, St
     match socket.connect(&sa.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(Errno::INPROGRESS.raw_os_error()) => {}
-        Err(e) => return Err(Step::Failed(e)),
+        Err(e) => return Err(AddrFailure::Failed(e)),
     }
     let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
     // Let the loop poll once before any timer is armed: see `connect`.
     tokio::task::yield_now().await;
     let ready = tokio::time::timeout_at(deadline, stream.ready(Interest::WRITABLE))
         .await
-        .map_err(|_elapsed| Step::TimedOut)??;
+        .map_err(|_elapsed| AddrFailure::TimedOut)??;
     if (ready.is_write_closed() || ready.is_error())
         && let Some(e) = stream.take_error()?
     {
-        return Err(Step::Failed(e));
+        return Err(AddrFailure::Failed(e));
     }
     Ok(stream)
 }

@@ -17,12 +17,12 @@
 //! - [`lag`]: which heights count as the reference, who trails it (pure).
 //! - [`apply`]: applies connect outcomes, probe reports and manual commands
 //!   to a pool; drains.
-//! - [`prober`]: probe scheduling, one task per distinct target.
+//! - [`prober`]: probe scheduling, one task per distinct probe.
 //! - [`rebalance`]: the rebalance tick.
 //! - [`connect`], [`splice`], [`sockopt`]: the socket work.
 //! - [`status`]: point-in-time views of the pools (`/status`).
 //! - [`metrics`]: Prometheus text for `/metrics`.
-//! - [`client`]: the `status`, `quarantine` and `release` commands.
+//! - [`admin_cli`]: the `status`, `quarantine` and `release` commands.
 //! - [`demo`]: `pin-proxy demo`.
 //! - [`limits`]: the open-file limit at start-up.
 //! - [`logging`]: tracing setup (JSON or text, stdout or daily file).
@@ -30,13 +30,14 @@
 //! - [`simnode`], [`simchain`]: a simulated P2P node for the demo and tests,
 //!   and the regtest headers it proves its height with.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // No panic reachable from the network or the config: no unwrap/expect outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
+pub mod admin_cli;
 pub mod apply;
-pub mod client;
 pub mod close;
 pub mod config;
 pub mod connect;

@@ -1,6 +1,7 @@
 //! The `pin-proxy` command line: parse, load config, set up logs and
 //! signals, run.
 
+#![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use pin_proxy::BindError;
-use pin_proxy::client;
+use pin_proxy::admin_cli;
 use pin_proxy::config::{self, Config, LogConfig, LogFormat};
 use pin_proxy::control::Control;
 use tokio::signal::unix::{SignalKind, signal};
@@ -112,7 +113,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Run);
     let path = cli.config;
-    let client = |admin: AdminArg, call: Call| -> ExitCode {
+    let call_admin = |admin: AdminArg, call: Call| -> ExitCode {
         let addr = admin.resolve(&path);
         match block_on(call.send(&addr)) {
             Ok(out) => {
@@ -126,13 +127,13 @@ fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Status { admin, json } => client(admin, Call::Status { json }),
+        Command::Status { admin, json } => call_admin(admin, Call::Status { json }),
         Command::Quarantine {
             pool,
             backend,
             window,
             admin,
-        } => client(
+        } => call_admin(
             admin,
             Call::Quarantine {
                 pool,
@@ -144,7 +145,7 @@ fn main() -> ExitCode {
             pool,
             backend,
             admin,
-        } => client(admin, Call::Release { pool, backend }),
+        } => call_admin(admin, Call::Release { pool, backend }),
         Command::Demo => exit(demo()),
         Command::Check | Command::Run => {
             let config = match Config::load(&path) {
@@ -209,13 +210,13 @@ enum Call {
 impl Call {
     async fn send(self, admin: &str) -> anyhow::Result<String> {
         match self {
-            Call::Status { json } => client::status(admin, json).await,
+            Call::Status { json } => admin_cli::status(admin, json).await,
             Call::Quarantine {
                 pool,
                 backend,
                 window,
-            } => client::quarantine(admin, &pool, &backend, window).await,
-            Call::Release { pool, backend } => client::release(admin, &pool, &backend).await,
+            } => admin_cli::quarantine(admin, &pool, &backend, window).await,
+            Call::Release { pool, backend } => admin_cli::release(admin, &pool, &backend).await,
         }
     }
 }

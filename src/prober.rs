@@ -1,9 +1,9 @@
-//! Probe scheduling: one task per distinct probe target, shared by every
-//! pool backend that names the same target (same address, kind, URL, magic,
-//! interval and timeout), so a node behind several pools is probed once per
-//! interval. Each result is fanned out to the subscribed backends.
+//! Probe scheduling: one task per distinct probe (`ProbeKey`: same
+//! address, kind, URL, magic, interval and timeout), shared by every pool
+//! backend that asks for it, so a node behind several pools is probed once
+//! per interval. Each result is fanned out to the subscribed backends.
 //!
-//! The first probe runs at once; a target whose last subscriber left stops.
+//! The first probe runs at once; a probe whose last subscriber left stops.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,7 +25,7 @@ use crate::registry::{BackendId, Pool};
 
 /// What makes two backends' probes the same probe.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Target {
+struct ProbeKey {
     kind: ProbeKind,
     addr: String,
     url: Option<String>,
@@ -49,7 +49,7 @@ type Subscribers = Arc<Subs>;
 /// Owns the probe tasks.
 #[derive(Clone)]
 pub struct Prober {
-    targets: Arc<Mutex<HashMap<Target, Subscribers>>>,
+    probes: Arc<Mutex<HashMap<ProbeKey, Subscribers>>>,
     /// What is known of each network's chain, shared by its probes.
     chains: Arc<Mutex<HashMap<&'static str, Arc<Chain>>>>,
     http: Option<Arc<HttpProber>>,
@@ -68,7 +68,7 @@ impl Prober {
             }
         };
         Prober {
-            targets: Arc::default(),
+            probes: Arc::default(),
             chains: Arc::default(),
             http,
             tracker,
@@ -99,7 +99,7 @@ impl Prober {
     /// effect.
     pub fn rewatch(&self, pool: &Arc<Pool>) {
         let weak = Arc::downgrade(pool);
-        for subs in lock(&self.targets).values() {
+        for subs in lock(&self.probes).values() {
             lock(&subs.list).retain(|(p, _)| !p.ptr_eq(&weak));
         }
         self.watch(pool);
@@ -112,7 +112,7 @@ impl Prober {
             .probe_url
             .clone()
             .or_else(|| default_probe_url(h.probe, &backend.addr).map(SecretUrl));
-        let target = Target {
+        let key = ProbeKey {
             kind: h.probe,
             addr: backend.addr.clone(),
             url: url.as_ref().map(|u| u.expose().to_string()),
@@ -121,8 +121,8 @@ impl Prober {
             interval: h.interval,
             timeout: h.timeout,
         };
-        let mut targets = lock(&self.targets);
-        if let Some(subs) = targets.get(&target) {
+        let mut probes = lock(&self.probes);
+        if let Some(subs) = probes.get(&key) {
             lock(&subs.list).push((Arc::downgrade(pool), id));
             // Its first probe runs now, not an interval later.
             subs.now.notify_one();
@@ -130,28 +130,28 @@ impl Prober {
         }
         let subs: Subscribers = Arc::default();
         lock(&subs.list).push((Arc::downgrade(pool), id));
-        targets.insert(target.clone(), subs.clone());
+        probes.insert(key.clone(), subs.clone());
         let this = self.clone();
         self.tracker
-            .spawn(async move { this.probe_loop(target, url, subs).await });
+            .spawn(async move { this.probe_loop(key, url, subs).await });
     }
 
-    async fn probe_loop(self, target: Target, url: Option<SecretUrl>, subs: Subscribers) {
+    async fn probe_loop(self, key: ProbeKey, url: Option<SecretUrl>, subs: Subscribers) {
         loop {
-            let Some(live) = self.live_subscribers(&target, &subs) else {
+            let Some(live) = self.live_subscribers(&key, &subs) else {
                 return;
             };
             // A backend that is this proxy would be answered by another
             // backend through our own listener: never probe through
             // ourselves; take it out as a client connect would.
-            if let Some(to) = self.self_loop(&target, &live).await {
+            if let Some(to) = self.self_loop(&key, &live).await {
                 for (pool, id, _) in live {
                     pool.record_self_loop(id, to);
                 }
             } else {
                 let report = tokio::select! {
                     () = self.token.cancelled() => return,
-                    r = self.run(&target, url.as_ref(), &live) => r,
+                    r = self.run(&key, url.as_ref(), &live) => r,
                 };
                 let now = Instant::now();
                 for (pool, id, epoch) in live {
@@ -160,27 +160,27 @@ impl Prober {
             }
             tokio::select! {
                 () = self.token.cancelled() => return,
-                () = tokio::time::sleep(target.interval) => {}
+                () = tokio::time::sleep(key.interval) => {}
                 () = subs.now.notified() => {}
             }
         }
     }
 
     /// Subscribers still configured, with their epochs now; `None` (and
-    /// the target removed) once there are none.
+    /// the probe removed) once there are none.
     fn live_subscribers(
         &self,
-        target: &Target,
+        key: &ProbeKey,
         subs: &Subscribers,
     ) -> Option<Vec<(Arc<Pool>, BackendId, u64)>> {
-        let mut targets = lock(&self.targets);
+        let mut probes = lock(&self.probes);
         let mut list = lock(&subs.list);
         list.retain(|(pool, id)| {
             pool.upgrade()
                 .is_some_and(|p| !p.token.is_cancelled() && p.epoch_of(*id).is_some())
         });
         if list.is_empty() {
-            targets.remove(target);
+            probes.remove(key);
             return None;
         }
         Some(
@@ -196,21 +196,21 @@ impl Prober {
 
     async fn run(
         &self,
-        target: &Target,
+        key: &ProbeKey,
         url: Option<&SecretUrl>,
         live: &[(Arc<Pool>, BackendId, u64)],
     ) -> Report {
-        let (addr, timeout) = (target.addr.as_str(), target.timeout);
-        match (target.kind, url, &self.http) {
+        let (addr, timeout) = (key.addr.as_str(), key.timeout);
+        match (key.kind, url, &self.http) {
             (ProbeKind::BitcoinP2p, _, _) => {
                 // A claim is proven only when some pool would act on it.
                 let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
-                let chain = self.chain(&target.network);
+                let chain = self.chain(&key.network);
                 let proving = chain.as_deref().map(|chain| p2p::Proving {
                     chain,
                     wanted: &wanted,
                 });
-                p2p::probe_proving(addr, target.magic, timeout, proving).await
+                p2p::probe_proving(addr, key.magic, timeout, proving).await
             }
             (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
                 Ok(_) => Report::new(Verdict::Healthy, "connected"),
@@ -228,15 +228,15 @@ impl Prober {
 }
 
 impl Prober {
-    /// Our own listener the target's address reaches, if any.
+    /// Our own listener the probed address reaches, if any.
     async fn self_loop(
         &self,
-        target: &Target,
+        key: &ProbeKey,
         live: &[(Arc<Pool>, BackendId, u64)],
     ) -> Option<SocketAddr> {
         let (pool, _, _) = live.first()?;
-        let reached = pool.own().reached_by_name(&target.addr);
-        tokio::time::timeout(target.timeout, reached)
+        let reached = pool.own().reached_by_name(&key.addr);
+        tokio::time::timeout(key.timeout, reached)
             .await
             .ok()
             .flatten()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::config::Keepalive;
+use crate::config::KeepaliveConfig;
 
 /// Accept backlog for pool listeners.
 const BACKLOG: i32 = 1024;
@@ -19,7 +19,7 @@ const BACKLOG: i32 = 1024;
 ///
 /// On a listening socket these are inherited by every accepted socket
 /// (Linux copies them at accept), which saves six syscalls per client.
-pub fn tune(socket: &impl AsFd, keepalive: &Keepalive) -> io::Result<()> {
+pub fn tune(socket: &impl AsFd, keepalive: &KeepaliveConfig) -> io::Result<()> {
     let sock = SockRef::from(socket);
     sock.set_tcp_nodelay(true)?;
     let params = TcpKeepalive::new()
@@ -49,7 +49,7 @@ pub fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
 /// Bind a listener: SO_REUSEADDR, IPV6_V6ONLY on IPv6 so `[::]` and
 /// `0.0.0.0` can be bound side by side, non-blocking. With `keepalive`,
 /// [`tune`]d before it listens, so every client it accepts starts tuned.
-pub fn bind(addr: SocketAddr, keepalive: Option<&Keepalive>) -> io::Result<TcpListener> {
+pub fn bind(addr: SocketAddr, keepalive: Option<&KeepaliveConfig>) -> io::Result<TcpListener> {
     TcpListener::from_std(bind_std(addr, keepalive, false)?)
 }
 
@@ -74,7 +74,7 @@ pub fn check_free(addr: SocketAddr) -> io::Result<()> {
 /// kernel spreads clients across them).
 pub fn bind_std(
     addr: SocketAddr,
-    keepalive: Option<&Keepalive>,
+    keepalive: Option<&KeepaliveConfig>,
     reuse_port: bool,
 ) -> io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -102,7 +102,7 @@ mod tests {
     /// safe. Every option `tune` sets must reach an accepted socket.
     #[tokio::test]
     async fn accepted_sockets_inherit_the_listeners_options() {
-        let keepalive = Keepalive {
+        let keepalive = KeepaliveConfig {
             idle: Duration::from_secs(37),
             interval: Duration::from_secs(7),
             count: 3,

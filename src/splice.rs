@@ -293,16 +293,16 @@ impl Dir {
             }
             ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
             match step(from, to)? {
-                Step::Moved(n) => self.count(n, total),
-                Step::Partial { written, rest } => {
+                Forwarded::Moved(n) => self.count(n, total),
+                Forwarded::Partial { written, rest } => {
                     self.count(written, total);
                     self.held = Some(Box::new(Held {
                         data: rest,
                         sent: 0,
                     }));
                 }
-                Step::Nothing => {}
-                Step::Eof => return Poll::Ready(Ok(())),
+                Forwarded::Nothing => {}
+                Forwarded::Eof => return Poll::Ready(Ok(())),
             }
         }
         // Busy: let the other tasks run, then carry on.
@@ -317,7 +317,7 @@ impl Dir {
 }
 
 /// One non-blocking read-and-forward step.
-enum Step {
+enum Forwarded {
     /// `n` bytes read and written in full.
     Moved(usize),
     /// Bytes read but only `written` of them written: `rest` waits for the
@@ -338,7 +338,7 @@ thread_local! {
 }
 
 /// Read once from `from` and write what came straight to `to`.
-fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, Fault> {
+fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault> {
     SCRATCH.with_borrow_mut(|buf| {
         let mut short = 0;
         // A short read drained the socket: report it as `WouldBlock` so
@@ -352,10 +352,10 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, Fault> {
             Ok(n)
         });
         let n = match read {
-            Ok(0) => return Ok(Step::Eof),
+            Ok(0) => return Ok(Forwarded::Eof),
             Ok(n) => n,
             Err(_) if short > 0 => short,
-            Err(e) if is_transient(&e) => return Ok(Step::Nothing),
+            Err(e) if is_transient(&e) => return Ok(Forwarded::Nothing),
             Err(e) => return Err((true, e)),
         };
         let mut done = 0;
@@ -365,7 +365,7 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, Fault> {
                 Ok(k) => done += k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let rest = buf[done..n].to_vec();
-                    return Ok(Step::Partial {
+                    return Ok(Forwarded::Partial {
                         written: done,
                         rest,
                     });
@@ -374,7 +374,7 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Step, Fault> {
                 Err(e) => return Err((false, e)),
             }
         }
-        Ok(Step::Moved(n))
+        Ok(Forwarded::Moved(n))
     })
 }
 

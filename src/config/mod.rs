@@ -69,24 +69,24 @@ pub struct PoolConfig {
     /// Budget for one backend TCP connect (name resolution included).
     pub connect_timeout: Duration,
     /// TCP keepalive and `TCP_USER_TIMEOUT` settings for both legs.
-    pub keepalive: Keepalive,
+    pub keepalive: KeepaliveConfig,
     /// Close a splice with no byte either way for this long; `None` = never.
     pub idle_timeout: Option<Duration>,
     /// Live client connections allowed in this pool.
     pub max_connections: usize,
     /// Rebalance tick settings.
-    pub rebalance: Rebalance,
+    pub rebalance: RebalanceConfig,
     /// Quarantine window settings.
-    pub quarantine: Quarantine,
+    pub quarantine: QuarantineConfig,
     /// Health probe settings.
-    pub health: Health,
+    pub health: HealthConfig,
     /// Backends in config order (order breaks selection ties).
     pub backends: Vec<BackendConfig>,
 }
 
 /// `keepalive:` settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
+pub struct KeepaliveConfig {
     /// Idle time before the first keepalive probe.
     pub idle: Duration,
     /// Time between keepalive probes.
@@ -95,7 +95,7 @@ pub struct Keepalive {
     pub count: u32,
 }
 
-impl Keepalive {
+impl KeepaliveConfig {
     /// `TCP_USER_TIMEOUT` matching the keepalive budget, so unacknowledged
     /// data gives up on the same schedule as an unanswered keepalive.
     pub fn user_timeout(&self) -> Duration {
@@ -105,7 +105,7 @@ impl Keepalive {
 
 /// `rebalance:` settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rebalance {
+pub struct RebalanceConfig {
     /// Tick period; `None` disables rebalancing (`0s` in the file).
     pub interval: Option<Duration>,
     /// Minimum connection gap between the busiest and an emptier backend.
@@ -114,7 +114,7 @@ pub struct Rebalance {
 
 /// `quarantine:` settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quarantine {
+pub struct QuarantineConfig {
     /// First window.
     pub base: Duration,
     /// Cap for the doubling windows.
@@ -125,7 +125,7 @@ pub struct Quarantine {
 
 /// `health:` settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
+pub struct HealthConfig {
     /// Probe kind.
     pub probe: ProbeKind,
     /// Probe period.

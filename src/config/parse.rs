@@ -31,8 +31,8 @@ use raw::{
 use values::RawBackend;
 
 use super::{
-    AdminConfig, BackendConfig, Config, Health, Keepalive, LogConfig, LogFormat, PoolConfig,
-    ProbeKind, Quarantine, Rebalance,
+    AdminConfig, BackendConfig, Config, HealthConfig, KeepaliveConfig, LogConfig, LogFormat,
+    PoolConfig, ProbeKind, QuarantineConfig, RebalanceConfig,
 };
 
 // Built-in defaults: the values of the contract's example config.
@@ -201,7 +201,7 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
     let keepalive = s.keepalive.unwrap_or_default();
     let rebalance = s.rebalance.unwrap_or_default();
     let q = s.quarantine.unwrap_or_default();
-    let quarantine = Quarantine {
+    let quarantine = QuarantineConfig {
         base: q.base.map_or(QUARANTINE_BASE, |d| d.0),
         max: q.max.map_or(QUARANTINE_MAX, |d| d.0),
         failures: q.failures.map_or(QUARANTINE_FAILURES, NonZeroU32::get),
@@ -228,14 +228,14 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
             .allow
             .map_or_else(Vec::new, |l| l.items.iter().map(|c| c.0).collect()),
         connect_timeout: s.connect_timeout.map_or(CONNECT_TIMEOUT, |d| d.0),
-        keepalive: Keepalive {
+        keepalive: KeepaliveConfig {
             idle: keepalive.idle.map_or(KEEPALIVE_IDLE, |d| d.0),
             interval: keepalive.interval.map_or(KEEPALIVE_INTERVAL, |d| d.0),
             count: keepalive.count.map_or(KEEPALIVE_COUNT, |c| c.0),
         },
         idle_timeout: s.idle_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
         max_connections: s.max_connections.map_or(MAX_CONNECTIONS, NonZeroUsize::get),
-        rebalance: Rebalance {
+        rebalance: RebalanceConfig {
             interval: rebalance.interval.map_or(Some(REBALANCE_INTERVAL), |d| {
                 Some(d.0).filter(|d| !d.is_zero())
             }),
@@ -249,13 +249,13 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
     })
 }
 
-fn build_health(h: RawHealth) -> Health {
+fn build_health(h: RawHealth) -> HealthConfig {
     let (network, magic) = match (h.network, h.magic) {
         (Some(n), Some(m)) => (n.name_and_magic().0, m.0),
         (None, Some(m)) => ("custom", m.0),
         (n, None) => n.unwrap_or(NETWORK).name_and_magic(),
     };
-    Health {
+    HealthConfig {
         probe: match h.probe {
             Some(RawProbe::Connect) | None => ProbeKind::Connect,
             Some(RawProbe::BitcoinP2p) => ProbeKind::BitcoinP2p,
