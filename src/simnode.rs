@@ -36,13 +36,13 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// be sure every socket is closed.
 pub struct SimNode {
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<NodeState>,
     /// `Some` while listening. Locked only for short, non-async sections.
     running: Mutex<Option<Running>>,
 }
 
 /// What the node's tasks read.
-struct Shared {
+struct NodeState {
     magic: Magic,
     height: AtomicU64,
     silent: AtomicBool,
@@ -70,7 +70,7 @@ impl SimNode {
         let listener = listen(bind)?;
         let node = SimNode {
             addr: listener.local_addr()?,
-            shared: Arc::new(Shared {
+            shared: Arc::new(NodeState {
                 magic,
                 height: AtomicU64::new(height),
                 silent: AtomicBool::new(false),
@@ -193,7 +193,7 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
 
 async fn accept_loop(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    shared: Arc<NodeState>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -230,10 +230,10 @@ async fn accept_loop(
 }
 
 /// Counts a connection in `live` until dropped.
-struct Live(Arc<Shared>);
+struct Live(Arc<NodeState>);
 
 impl Live {
-    fn new(shared: Arc<Shared>) -> Live {
+    fn new(shared: Arc<NodeState>) -> Live {
         shared.live.fetch_add(1, Ordering::Relaxed);
         Live(shared)
     }
@@ -246,7 +246,11 @@ impl Drop for Live {
 }
 
 /// Serve one peer until it closes, sends garbage or fails.
-async fn converse(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) -> io::Result<()> {
+async fn converse(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<NodeState>,
+) -> io::Result<()> {
     let mut decoder = Decoder::new(shared.magic);
     let mut buf = vec![0u8; 16 * 1024];
     let mut greeted = false;
@@ -286,7 +290,7 @@ async fn converse(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) 
 }
 
 /// The `headers` answer to a `getheaders` payload, mined off the async threads.
-async fn headers_reply(shared: &Arc<Shared>, payload: &[u8]) -> io::Result<Vec<u8>> {
+async fn headers_reply(shared: &Arc<NodeState>, payload: &[u8]) -> io::Result<Vec<u8>> {
     let locator = parse_locator(payload)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed getheaders"))?;
     let height = shared
@@ -328,7 +332,7 @@ fn parse_locator(payload: &[u8]) -> Option<Vec<Hash>> {
     )
 }
 
-fn our_version(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> Vec<u8> {
+fn our_version(shared: &NodeState, peer: SocketAddr, local: SocketAddr) -> Vec<u8> {
     let height = shared.height.load(Ordering::Relaxed);
     let params = VersionParams {
         services: 1, // NODE_NETWORK, as a full node announces

@@ -143,13 +143,13 @@ struct Dir {
     moved: u64,
     /// Bytes read but not yet written while the receiver is slow; none
     /// (and no allocation) otherwise.
-    held: Option<Box<Held>>,
+    held: Option<Box<Unwritten>>,
     /// EOF read and everything before it written.
     done: bool,
 }
 
 /// The unwritten rest of one chunk.
-struct Held {
+struct Unwritten {
     data: Vec<u8>,
     /// How much of `data` has been written.
     sent: usize,
@@ -296,7 +296,7 @@ impl Dir {
                 Forwarded::Moved(n) => self.count(n, total),
                 Forwarded::Partial { written, rest } => {
                     self.count(written, total);
-                    self.held = Some(Box::new(Held {
+                    self.held = Some(Box::new(Unwritten {
                         data: rest,
                         sent: 0,
                     }));

@@ -37,14 +37,14 @@ pub enum Proof {
 
 /// Ask the peer for headers up to `claim` and check them, before `deadline`.
 pub async fn prove(peer: &mut Peer, chain: &Chain, claim: u64, deadline: Instant) -> Proof {
-    match tokio::time::timeout_at(deadline, Proving::new(chain, claim).run(peer)).await {
+    match tokio::time::timeout_at(deadline, ProofRun::new(chain, claim).run(peer)).await {
         Ok(proof) => proof,
         Err(_) => Proof::Unproven(format!("headers for height {claim} did not arrive in time")),
     }
 }
 
 /// One proof in progress.
-struct Proving<'a> {
+struct ProofRun<'a> {
     chain: &'a Chain,
     claim: u64,
     /// The known header the checked run attaches to.
@@ -53,9 +53,9 @@ struct Proving<'a> {
     run: Vec<Tip>,
 }
 
-impl<'a> Proving<'a> {
-    fn new(chain: &'a Chain, claim: u64) -> Proving<'a> {
-        Proving {
+impl<'a> ProofRun<'a> {
+    fn new(chain: &'a Chain, claim: u64) -> ProofRun<'a> {
+        ProofRun {
             chain,
             claim,
             from: None,

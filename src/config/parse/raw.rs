@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::values::{
-    Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, Magic, OneOrMany, PoolName, RawBackend,
+    Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, MagicHex, OneOrMany, PoolName, RawBackend,
 };
 
 pub(super) type AnyDur = Dur<false>;
@@ -114,7 +114,7 @@ pub(super) struct RawHealth {
     pub(super) timeout: Option<PosDur>,
     pub(super) max_lag_blocks: Option<u64>,
     pub(super) network: Option<Network>,
-    pub(super) magic: Option<Magic>,
+    pub(super) magic: Option<MagicHex>,
     pub(super) fall: Option<NonZeroU32>,
     pub(super) rise: Option<NonZeroU32>,
     pub(super) drain: Option<bool>,

@@ -57,7 +57,7 @@ scalar_deserialize!(
     HostPort,
     PoolName,
     BackendName,
-    Magic,
+    MagicHex,
     ProbeUrl,
 );
 
@@ -245,9 +245,9 @@ impl FromScalar for BackendName {
 
 /// Message-start bytes in wire order, written as 8 hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Magic(pub(super) [u8; 4]);
+pub(super) struct MagicHex(pub(super) [u8; 4]);
 
-impl FromScalar for Magic {
+impl FromScalar for MagicHex {
     const EXPECTING: &'static str = "8 hex digits in wire order, like `fbc0b6db`";
 
     fn from_scalar(s: &str) -> Result<Self, String> {
@@ -258,7 +258,7 @@ impl FromScalar for Magic {
             .ok_or_else(|| {
                 format!("magic `{s}` must be 8 hex digits in wire order, like `fbc0b6db`")
             })?;
-        Ok(Magic(word.to_be_bytes()))
+        Ok(MagicHex(word.to_be_bytes()))
     }
 }
 
