@@ -154,7 +154,7 @@ impl Closer {
         self.state.load(Ordering::Acquire) & CLOSING != 0
     }
 
-    /// Why it was closed; a parent cancellation means shutdown.
+    /// Why it was closed: the first reason given, `Shutdown` when none was.
     pub fn reason(&self) -> CloseReason {
         CloseReason::from_u8(self.reason.load(Ordering::Acquire)).unwrap_or(CloseReason::Shutdown)
     }

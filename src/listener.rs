@@ -136,7 +136,7 @@ fn admit(
         return;
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");
-    // Spawned directly (no wrapping future: it would double the task's size).
+    // Spawned directly: a wrapping future would enlarge every connection's task.
     shared.tracker.spawn(session::serve(
         pool.clone(),
         stream,

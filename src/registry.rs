@@ -261,6 +261,7 @@ impl Pool {
     /// Stop the pool: cancel its token (listeners, rebalancer) and close
     /// every connection with `reason`, including one that registers later.
     pub fn stop(&self, reason: CloseReason) {
+        // A second stop keeps the first reason.
         let _ = self.stopped.set(reason);
         self.token.cancel();
         self.close_all(reason);

@@ -15,9 +15,9 @@
 //! written.
 //!
 //! The splice is one hand-written poll function over both directions, not
-//! a combination of futures: its whole state is a few words per direction
-//! (what a thousand idle connections cost is mostly this), and it waits on
-//! the sockets' own reader/writer wake slots.
+//! a combination of futures: its whole state is a few words per direction,
+//! held by every idle connection, and it waits on the sockets' own
+//! reader/writer wake slots.
 //!
 //! Syscalls: a read shorter than the buffer emptied the socket's receive
 //! queue, so it also clears the socket's readiness (as a `WouldBlock`
