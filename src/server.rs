@@ -22,6 +22,7 @@ use crate::config::{Config, IpNet, PoolConfig};
 use crate::control::{Control, ReloadError, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
+use crate::reload::{self, Bound, ReloadPlan};
 use crate::self_loop::OwnListeners;
 use crate::workers::Workers;
 use crate::{admin, limits, listener, notify, rebalance, sockopt};
@@ -74,10 +75,11 @@ struct Listen {
 }
 
 impl Listen {
-    /// True when `addr` from a config names this listener: as configured,
-    /// or as bound (a port-0 address written back with its real port).
-    fn serves(&self, addr: SocketAddr) -> bool {
-        addr == self.configured || addr == self.local
+    fn bound(&self) -> Bound {
+        Bound {
+            configured: self.configured,
+            local: self.local,
+        }
     }
 }
 
@@ -248,26 +250,43 @@ impl Server {
     fn try_reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
         let path = self.path.clone().ok_or(ReloadError::NoConfigFile)?;
         let new = Config::load(&path)?;
+        let (old, wanted) = reload::in_bound_terms(&self.config, &new, |name| {
+            let run = self.pools.iter().find(|p| p.pool.name == name)?;
+            Some(run.listens.iter().map(Listen::bound).collect())
+        });
+        let plan = reload::plan(&old, &wanted);
+        self.apply(&plan, &new, prober)?;
+        self.config = new;
+        Ok(())
+    }
+
+    /// Apply `plan`, which turns the running config into `new`. Binding
+    /// comes first; on any error nothing has changed.
+    fn apply(
+        &mut self,
+        plan: &ReloadPlan<'_>,
+        new: &Config,
+        prober: &Prober,
+    ) -> Result<(), ReloadError> {
         // Bind what is new first; on any error drop it all and keep running as before.
-        let mut fresh: HashMap<String, Vec<Listen>> = HashMap::new();
+        let mut fresh: HashMap<&str, Vec<Listen>> = HashMap::new();
         for pc in &new.pools {
-            let old = self.pools.iter().find(|p| p.pool.name == pc.name);
-            let wanted: Vec<SocketAddr> = pc
-                .listen
-                .iter()
-                .copied()
-                .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.serves(*a))))
-                .collect();
-            let listens = bind_all(pc, &wanted, self.workers.len()).map_err(ReloadError::Bind)?;
-            fresh.insert(pc.name.clone(), listens);
+            let wanted = if plan.bind.contains(&pc.name.as_str()) {
+                &pc.listen[..]
+            } else {
+                plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_added)
+            };
+            let listens = bind_all(pc, wanted, self.workers.len()).map_err(ReloadError::Bind)?;
+            fresh.insert(&pc.name, listens);
         }
         let mut next = Vec::new();
         for pc in &new.pools {
-            let bound = fresh.remove(&pc.name).unwrap_or_default();
+            let bound = fresh.remove(pc.name.as_str()).unwrap_or_default();
             let run = match self.pools.iter().position(|p| p.pool.name == pc.name) {
                 Some(i) => {
                     let mut run = self.pools.remove(i);
-                    reconfigure(&mut run, pc, bound);
+                    let gone = plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_removed);
+                    reconfigure(&mut run, pc, gone, bound);
                     prober.rewatch(&run.pool);
                     run
                 }
@@ -284,7 +303,9 @@ impl Server {
             };
             next.push(run);
         }
+        // What is left are the pools the plan stops, in the old order.
         for gone in self.pools.drain(..) {
+            debug_assert!(plan.stop.contains(&gone.pool.name.as_str()));
             info!(pool = %gone.pool.name, "pool_removed");
             gone.pool.stop(CloseReason::PoolRemoved);
         }
@@ -294,10 +315,9 @@ impl Server {
             start_accepting(run, &self.shared, &self.workers);
         }
         self.control.set_pools(self.pools());
-        if new.admin != self.config.admin || new.log != self.config.log {
+        if !plan.restart_only.is_empty() {
             warn!("reload_partial: admin and log settings apply at the next restart");
         }
-        self.config = new;
         Ok(())
     }
 }
@@ -378,11 +398,11 @@ fn adopt(pool: &Arc<Pool>, bound: Vec<Listen>) -> Vec<Listen> {
     listens
 }
 
-/// Apply a changed pool config: listeners that are gone stop, new ones join,
-/// backends are added and removed, settings apply to new work.
-fn reconfigure(run: &mut PoolRun, config: &PoolConfig, bound: Vec<Listen>) {
+/// Apply a changed pool config: the listeners bound to `removed` stop, new
+/// ones join, backends are added and removed, settings apply to new work.
+fn reconfigure(run: &mut PoolRun, config: &PoolConfig, removed: &[SocketAddr], bound: Vec<Listen>) {
     run.listens.retain(|l| {
-        let keep = config.listen.iter().any(|a| l.serves(*a));
+        let keep = !removed.contains(&l.local);
         if !keep {
             info!(pool = %run.pool.name, listen = %l.local, "listener_removed");
             l.token.cancel();
