@@ -18,14 +18,18 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::close::CloseReason;
-use crate::config::{Config, IpNet, PoolConfig};
+use crate::config::{Config, IpNet};
 use crate::control::{Control, ReloadError, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
-use crate::reload::{self, Bound, ReloadPlan};
+use crate::reload::{self, ReloadPlan};
 use crate::self_loop::OwnListeners;
 use crate::workers::Workers;
 use crate::{admin, limits, listener, notify, rebalance, sockopt};
+
+mod listen;
+
+use listen::{Listen, PoolRun, adopt, bind_all, bound_addrs, reconfigure, start_accepting};
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -61,31 +65,6 @@ impl BindError {
             std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
         )
     }
-}
-
-/// One bound listen address of a pool.
-struct Listen {
-    /// As configured (`127.0.0.1:0` stays `:0`), to diff reloads against.
-    configured: SocketAddr,
-    local: SocketAddr,
-    token: CancellationToken,
-    /// Bound (one socket per data worker, `SO_REUSEPORT`) but not yet
-    /// accepting.
-    pending: Vec<std::net::TcpListener>,
-}
-
-impl Listen {
-    fn bound(&self) -> Bound {
-        Bound {
-            configured: self.configured,
-            local: self.local,
-        }
-    }
-}
-
-struct PoolRun {
-    pool: Arc<Pool>,
-    listens: Vec<Listen>,
 }
 
 /// A bound instance.
@@ -320,97 +299,4 @@ impl Server {
         }
         Ok(())
     }
-}
-
-/// Every bound listen address of every pool.
-fn bound_addrs(pools: &[PoolRun]) -> Vec<SocketAddr> {
-    pools
-        .iter()
-        .flat_map(|p| p.listens.iter().map(|l| l.local))
-        .collect()
-}
-
-/// Start the accept loops of the pool's listeners that are not accepting
-/// yet: each socket of a listener on its own data worker.
-fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, workers: &Workers) {
-    for l in &mut run.listens {
-        for (i, listener) in l.pending.drain(..).enumerate() {
-            let (pool, token, shared2) = (run.pool.clone(), l.token.clone(), shared.clone());
-            let local = l.local;
-            let task = async move {
-                // Registered with the worker's own epoll instance.
-                match TcpListener::from_std(listener) {
-                    Ok(listener) => listener::accept_loop(listener, pool, token, shared2).await,
-                    Err(e) => error!(pool = %pool.name, listen = %local, err = %e, "accept_failed"),
-                }
-            };
-            workers.handle(i).spawn(shared.tracker.track_future(task));
-        }
-    }
-}
-
-/// Bind `addrs` for pool `pc`, `sockets` times each (one per data worker,
-/// on the same port), logging `listening` for each address. The listeners
-/// are not tied to a pool until [`adopt`]ed.
-fn bind_all(
-    pc: &PoolConfig,
-    addrs: &[SocketAddr],
-    sockets: usize,
-) -> Result<Vec<Listen>, BindError> {
-    let name = &pc.name;
-    let mut out = Vec::new();
-    for addr in addrs {
-        let failed = |e| BindError::new(format!("pool {name}"), *addr, e);
-        let bind =
-            |at: SocketAddr| sockopt::bind_std(at, Some(&pc.keepalive), true).map_err(failed);
-        sockopt::check_free(*addr).map_err(failed)?;
-        let first = bind(*addr)?;
-        // A port-0 address: the rest join the port the first one got.
-        let local = first.local_addr().map_err(failed)?;
-        let mut pending = vec![first];
-        for _ in 1..sockets {
-            pending.push(bind(local)?);
-        }
-        out.push(Listen {
-            configured: *addr,
-            local,
-            token: CancellationToken::new(),
-            pending,
-        });
-    }
-    for l in &out {
-        info!(pool = %name, listen = %l.local, "listening");
-    }
-    Ok(out)
-}
-
-/// Tie listeners to `pool`: they stop when it stops. Records the
-/// addresses when they are all the pool has.
-fn adopt(pool: &Arc<Pool>, bound: Vec<Listen>) -> Vec<Listen> {
-    let listens: Vec<Listen> = bound
-        .into_iter()
-        .map(|l| Listen {
-            token: pool.token.child_token(),
-            ..l
-        })
-        .collect();
-    pool.set_listen(listens.iter().map(|l| l.local).collect());
-    listens
-}
-
-/// Apply a changed pool config: the listeners bound to `removed` stop, new
-/// ones join, backends are added and removed, settings apply to new work.
-fn reconfigure(run: &mut PoolRun, config: &PoolConfig, removed: &[SocketAddr], bound: Vec<Listen>) {
-    run.listens.retain(|l| {
-        let keep = !removed.contains(&l.local);
-        if !keep {
-            info!(pool = %run.pool.name, listen = %l.local, "listener_removed");
-            l.token.cancel();
-        }
-        keep
-    });
-    run.listens.extend(adopt(&run.pool, bound));
-    run.pool
-        .set_listen(run.listens.iter().map(|l| l.local).collect());
-    run.pool.reconfigure(config.clone());
 }
