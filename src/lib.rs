@@ -2,6 +2,8 @@
 //!
 //! Module map:
 //! - [`server`]: binds, starts each pool's tasks, serves, reloads, shuts down.
+//! - [`reload`]: what a reload changes, worked out from the old and new
+//!   config (pure).
 //! - [`control`], [`admin`], [`notify`]: the operator's side: status, manual
 //!   quarantine, reload, the admin HTTP endpoint, systemd notifications.
 //! - [`config`]: config.yaml, parsed and validated once into typed values.
@@ -55,6 +57,7 @@ pub mod prober;
 pub mod rebalance;
 pub mod registry;
 pub mod reject_fold;
+pub mod reload;
 pub mod select;
 pub mod self_loop;
 pub mod server;

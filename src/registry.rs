@@ -210,7 +210,7 @@ impl Pool {
         for bc in &config.backends {
             let kept = old
                 .iter()
-                .position(|b| b.config.name == bc.name && b.config.addr == bc.addr);
+                .position(|b| crate::reload::same_backend(&b.config, bc));
             let backend = match kept {
                 Some(i) => {
                     let mut b = old.swap_remove(i);

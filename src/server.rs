@@ -18,13 +18,18 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::close::CloseReason;
-use crate::config::{Config, IpNet, PoolConfig};
+use crate::config::{Config, IpNet};
 use crate::control::{Control, ReloadError, ReloadRequest};
 use crate::prober::Prober;
 use crate::registry::Pool;
+use crate::reload::{self, ReloadPlan};
 use crate::self_loop::OwnListeners;
 use crate::workers::Workers;
 use crate::{admin, limits, listener, notify, rebalance, sockopt};
+
+mod listen;
+
+use listen::{Listen, PoolRun, adopt, bind_all, bound_addrs, reconfigure, start_accepting};
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -60,30 +65,6 @@ impl BindError {
             std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
         )
     }
-}
-
-/// One bound listen address of a pool.
-struct Listen {
-    /// As configured (`127.0.0.1:0` stays `:0`), to diff reloads against.
-    configured: SocketAddr,
-    local: SocketAddr,
-    token: CancellationToken,
-    /// Bound (one socket per data worker, `SO_REUSEPORT`) but not yet
-    /// accepting.
-    pending: Vec<std::net::TcpListener>,
-}
-
-impl Listen {
-    /// True when `addr` from a config names this listener: as configured,
-    /// or as bound (a port-0 address written back with its real port).
-    fn serves(&self, addr: SocketAddr) -> bool {
-        addr == self.configured || addr == self.local
-    }
-}
-
-struct PoolRun {
-    pool: Arc<Pool>,
-    listens: Vec<Listen>,
 }
 
 /// A bound instance.
@@ -248,26 +229,43 @@ impl Server {
     fn try_reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
         let path = self.path.clone().ok_or(ReloadError::NoConfigFile)?;
         let new = Config::load(&path)?;
+        let (old, wanted) = reload::in_bound_terms(&self.config, &new, |name| {
+            let run = self.pools.iter().find(|p| p.pool.name == name)?;
+            Some(run.listens.iter().map(Listen::bound).collect())
+        });
+        let plan = reload::plan(&old, &wanted);
+        self.apply(&plan, &new, prober)?;
+        self.config = new;
+        Ok(())
+    }
+
+    /// Apply `plan`, which turns the running config into `new`. Binding
+    /// comes first; on any error nothing has changed.
+    fn apply(
+        &mut self,
+        plan: &ReloadPlan<'_>,
+        new: &Config,
+        prober: &Prober,
+    ) -> Result<(), ReloadError> {
         // Bind what is new first; on any error drop it all and keep running as before.
-        let mut fresh: HashMap<String, Vec<Listen>> = HashMap::new();
+        let mut fresh: HashMap<&str, Vec<Listen>> = HashMap::new();
         for pc in &new.pools {
-            let old = self.pools.iter().find(|p| p.pool.name == pc.name);
-            let wanted: Vec<SocketAddr> = pc
-                .listen
-                .iter()
-                .copied()
-                .filter(|a| old.is_none_or(|o| !o.listens.iter().any(|l| l.serves(*a))))
-                .collect();
-            let listens = bind_all(pc, &wanted, self.workers.len()).map_err(ReloadError::Bind)?;
-            fresh.insert(pc.name.clone(), listens);
+            let wanted = if plan.bind.contains(&pc.name.as_str()) {
+                &pc.listen[..]
+            } else {
+                plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_added)
+            };
+            let listens = bind_all(pc, wanted, self.workers.len()).map_err(ReloadError::Bind)?;
+            fresh.insert(&pc.name, listens);
         }
         let mut next = Vec::new();
         for pc in &new.pools {
-            let bound = fresh.remove(&pc.name).unwrap_or_default();
+            let bound = fresh.remove(pc.name.as_str()).unwrap_or_default();
             let run = match self.pools.iter().position(|p| p.pool.name == pc.name) {
                 Some(i) => {
                     let mut run = self.pools.remove(i);
-                    reconfigure(&mut run, pc, bound);
+                    let gone = plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_removed);
+                    reconfigure(&mut run, pc, gone, bound);
                     prober.rewatch(&run.pool);
                     run
                 }
@@ -284,7 +282,9 @@ impl Server {
             };
             next.push(run);
         }
+        // What is left are the pools the plan stops, in the old order.
         for gone in self.pools.drain(..) {
+            debug_assert!(plan.stop.contains(&gone.pool.name.as_str()));
             info!(pool = %gone.pool.name, "pool_removed");
             gone.pool.stop(CloseReason::PoolRemoved);
         }
@@ -294,103 +294,9 @@ impl Server {
             start_accepting(run, &self.shared, &self.workers);
         }
         self.control.set_pools(self.pools());
-        if new.admin != self.config.admin || new.log != self.config.log {
+        if !plan.restart_only.is_empty() {
             warn!("reload_partial: admin and log settings apply at the next restart");
         }
-        self.config = new;
         Ok(())
     }
-}
-
-/// Every bound listen address of every pool.
-fn bound_addrs(pools: &[PoolRun]) -> Vec<SocketAddr> {
-    pools
-        .iter()
-        .flat_map(|p| p.listens.iter().map(|l| l.local))
-        .collect()
-}
-
-/// Start the accept loops of the pool's listeners that are not accepting
-/// yet: each socket of a listener on its own data worker.
-fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, workers: &Workers) {
-    for l in &mut run.listens {
-        for (i, listener) in l.pending.drain(..).enumerate() {
-            let (pool, token, shared2) = (run.pool.clone(), l.token.clone(), shared.clone());
-            let local = l.local;
-            let task = async move {
-                // Registered with the worker's own epoll instance.
-                match TcpListener::from_std(listener) {
-                    Ok(listener) => listener::accept_loop(listener, pool, token, shared2).await,
-                    Err(e) => error!(pool = %pool.name, listen = %local, err = %e, "accept_failed"),
-                }
-            };
-            workers.handle(i).spawn(shared.tracker.track_future(task));
-        }
-    }
-}
-
-/// Bind `addrs` for pool `pc`, `sockets` times each (one per data worker,
-/// on the same port), logging `listening` for each address. The listeners
-/// are not tied to a pool until [`adopt`]ed.
-fn bind_all(
-    pc: &PoolConfig,
-    addrs: &[SocketAddr],
-    sockets: usize,
-) -> Result<Vec<Listen>, BindError> {
-    let name = &pc.name;
-    let mut out = Vec::new();
-    for addr in addrs {
-        let failed = |e| BindError::new(format!("pool {name}"), *addr, e);
-        let bind =
-            |at: SocketAddr| sockopt::bind_std(at, Some(&pc.keepalive), true).map_err(failed);
-        sockopt::check_free(*addr).map_err(failed)?;
-        let first = bind(*addr)?;
-        // A port-0 address: the rest join the port the first one got.
-        let local = first.local_addr().map_err(failed)?;
-        let mut pending = vec![first];
-        for _ in 1..sockets {
-            pending.push(bind(local)?);
-        }
-        out.push(Listen {
-            configured: *addr,
-            local,
-            token: CancellationToken::new(),
-            pending,
-        });
-    }
-    for l in &out {
-        info!(pool = %name, listen = %l.local, "listening");
-    }
-    Ok(out)
-}
-
-/// Tie listeners to `pool`: they stop when it stops. Records the
-/// addresses when they are all the pool has.
-fn adopt(pool: &Arc<Pool>, bound: Vec<Listen>) -> Vec<Listen> {
-    let listens: Vec<Listen> = bound
-        .into_iter()
-        .map(|l| Listen {
-            token: pool.token.child_token(),
-            ..l
-        })
-        .collect();
-    pool.set_listen(listens.iter().map(|l| l.local).collect());
-    listens
-}
-
-/// Apply a changed pool config: listeners that are gone stop, new ones join,
-/// backends are added and removed, settings apply to new work.
-fn reconfigure(run: &mut PoolRun, config: &PoolConfig, bound: Vec<Listen>) {
-    run.listens.retain(|l| {
-        let keep = config.listen.iter().any(|a| l.serves(*a));
-        if !keep {
-            info!(pool = %run.pool.name, listen = %l.local, "listener_removed");
-            l.token.cancel();
-        }
-        keep
-    });
-    run.listens.extend(adopt(&run.pool, bound));
-    run.pool
-        .set_listen(run.listens.iter().map(|l| l.local).collect());
-    run.pool.reconfigure(config.clone());
 }
