@@ -9,9 +9,8 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use pin_proxy::Server;
-use pin_proxy::config::Config;
 use pin_proxy::control::ReloadError;
+use support::inproc::Running;
 use support::nodes::Node;
 use support::proxy::Proxy;
 use support::{wait_until, within};
@@ -132,12 +131,8 @@ async fn quarantine_and_strikes_survive_a_reload() {
         .unwrap()
     };
     write(&[("a", a.addr)]);
-    let server = Server::bind_file(Config::load(&path).unwrap(), Some(path.clone())).unwrap();
-    let (control, p) = (server.control(), server.pools()[0].clone());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async {
-        let _ = stopped.await;
-    }));
+    let proxy = Running::start_file(&path);
+    let (control, p) = (proxy.control(), proxy.pool());
     p.quarantine("a", Duration::from_secs(3600)).unwrap();
     let before = p.status().backends[0].clone();
     assert_eq!(before.state, "quarantined");
@@ -160,8 +155,7 @@ async fn quarantine_and_strikes_survive_a_reload() {
     );
     assert!(err.to_string().contains("config.yaml"), "{err}");
     assert_eq!(p.status().backends.len(), 2, "the old config keeps running");
-    stop.send(()).unwrap();
-    within("server stops", T, running).await.unwrap();
+    proxy.stop().await;
 }
 
 /// Receive notifications on `sock` until one contains `want`.
