@@ -813,7 +813,15 @@ async fn client_connecting_to_a_backend_that_gets_drained_fails_over() {
     // Ties go to config order: this client's connect hangs on the hole.
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     wait_named(&proxy, "accepted", 1, T, |_| true).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The start-up probe to the hole has given up (its socket is gone), so
+    // a handshake the proxy has in flight to it is this client's leg.
+    const SYN_SENT: u8 = 2;
+    wait_until("the proxy's connect to the hole in flight", T, || {
+        tcp_sockets(proxy.pid())
+            .iter()
+            .any(|s| s.remote == hole.addr && s.state == SYN_SENT)
+    })
+    .await;
     let answer = admin_post(admin, "/pools/p/backends/hole/quarantine?for=1m");
     assert!(answer.contains(" 200"), "{answer}");
     c.write_all(b"ping").await.unwrap();
@@ -824,4 +832,12 @@ async fn client_connecting_to_a_backend_that_gets_drained_fails_over() {
         outcome.is_ok() && &got == b"ping",
         "the client was not failed over to the usable backend: {outcome:?}, {closed:?}"
     );
+    // The same client connection tried the hole first, then the echo node.
+    let connected = wait_named(&proxy, "connected", 1, T, |_| true).await;
+    let failed = wait_named(&proxy, "connect_failed", 1, T, |_| true).await;
+    assert_eq!(
+        (&failed[0]["backend"], &connected[0]["backend"]),
+        (&"hole".into(), &"echo".into())
+    );
+    assert_eq!(connected[0]["conn"], failed[0]["conn"]);
 }
