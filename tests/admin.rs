@@ -47,8 +47,8 @@ async fn two_echo(backup: bool) -> (Proxy, SocketAddr, [Node; 2]) {
         &[("a", nodes[0].addr, false), ("b", nodes[1].addr, backup)],
         "",
     );
-    let proxy = Proxy::start(&yaml);
-    proxy.wait_count(|e| e["message"] == "probe", 2, T);
+    let proxy = Proxy::start(&yaml).await;
+    proxy.wait_count(|e| e["message"] == "probe", 2, T).await;
     let admin = admin_addr(&proxy);
     (proxy, admin, nodes)
 }
@@ -260,7 +260,9 @@ async fn reload_with_an_invalid_file_is_422_and_keeps_the_old_config() {
     let answer = request(admin, "POST", "/reload").await;
     assert_eq!(answer.status, 422, "{}", answer.body);
     assert!(!answer.error().is_empty());
-    proxy.wait_event(|e| e["message"] == "reload_failed", T);
+    proxy
+        .wait_event(|e| e["message"] == "reload_failed", T)
+        .await;
     let s = status(admin).await;
     assert_eq!(s["pools"][0]["backends"].as_array().map(Vec::len), Some(2));
 

@@ -57,7 +57,8 @@ async fn killed_backend(rst: bool) {
          - {{ name: a, listen: 127.0.0.1:0, backends: [\"127.0.0.1:{port}\"] }}\n  \
          - {{ name: b, listen: 127.0.0.1:0, backends: [\"{}\"] }}\n",
         echo.addr
-    ));
+    ))
+    .await;
     let pid = proxy.pid();
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 2, T, |_| true).await;
@@ -147,7 +148,7 @@ async fn black_holed_backend_times_out_fails_over_in_the_same_accept_then_is_ski
          health: {{ interval: 1h, timeout: 300ms }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [{{ name: hole, addr: \"{}\" }}, {{ name: echo, addr: \"{}\" }}]\n",
         hole.addr, echo.addr
-    ));
+    )).await;
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     let addr = proxy.addr("p");
 
@@ -212,7 +213,8 @@ async fn half_open_backend_is_closed_by_idle_timeout_and_both_legs_carry_keepali
          health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    ))
+    .await;
     wait_named(&proxy, "probe", 1, T, |_| true).await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     let me = c.local_addr().unwrap();
@@ -378,7 +380,7 @@ async fn vanished_backend_host_is_detected_by_keepalive() {
          health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"127.0.0.2:{port}\"]\n"
     );
-    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml) else {
+    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml).await else {
         return skip("nsenter could not run the proxy");
     };
     proxy.wait_named("probe", 1, T, |_| true).await;
@@ -448,7 +450,8 @@ async fn exhaust_fds() -> Option<FdRun> {
         node.addr
     );
     // Soft and hard limit 64 from the start, as a unit's LimitNOFILE would set it.
-    let Some(proxy) = Wrapped::start(&["prlimit", "--nofile=64:64", "--"], binary(), &yaml) else {
+    let Some(proxy) = Wrapped::start(&["prlimit", "--nofile=64:64", "--"], binary(), &yaml).await
+    else {
         skip("prlimit cannot start the proxy here");
         return None;
     };
@@ -629,7 +632,8 @@ async fn allow_list_holds_on_every_listen_address_v4_and_v6() {
         "defaults:\n  health: {{ interval: 1h }}\npools:\n{}{}",
         pool("v4only", "127.0.0.1/32"),
         pool("v6only", "\"::1/128\"")
-    ));
+    ))
+    .await;
     // Both pools share one probe of the node.
     wait_named(&proxy, "probe", 1, T, |_| true).await;
     let probes = node.accepted();
@@ -750,7 +754,7 @@ async fn backend_name_that_re_resolves_to_another_address_is_followed() {
         "defaults:\n  health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"pin-backend.test:{port}\"]\n"
     );
-    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml) else {
+    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml).await else {
         return skip("cannot run the proxy in a mount namespace (unshare -m, mount --bind)");
     };
     let addr = proxy.addr("p");
@@ -807,7 +811,8 @@ async fn client_connecting_to_a_backend_that_gets_drained_fails_over() {
          listen: 127.0.0.1:0\n    backends: [{{ name: hole, addr: \"{}\" }}, \
          {{ name: echo, addr: \"{}\" }}]\n",
         hole.addr, echo.addr
-    ));
+    ))
+    .await;
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     // Ties go to config order: this client's connect hangs on the hole.

@@ -96,7 +96,7 @@ async fn slow_reader_keeps_proxy_memory_flat_and_gets_every_byte() {
         "defaults:\n  health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    )).await;
     let pid = proxy.pid();
     wait_named(&proxy, "probe", 1, T, |_| true).await;
     // Warm up: one small transfer, so the baseline includes a used runtime.
@@ -287,7 +287,8 @@ async fn churn_with_resets_both_sides_leaves_no_fd_or_connection_behind() {
          max_connections: 4096\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    ))
+    .await;
     let pid = proxy.pid();
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 1, T, |_| true).await;
@@ -471,7 +472,8 @@ async fn flapping_backend_escalates_quarantine_and_spares_the_stable_one() {
          rebalance: {{ interval: 0s }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [{{ name: s, addr: \"{}\" }}, {{ name: f, addr: \"{}\" }}]\n",
         stable.addr, flappy.addr
-    ));
+    ))
+    .await;
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     let addr = proxy.addr("p");
@@ -669,13 +671,8 @@ fn reload_yaml(i: usize, listen: &str, a: SocketAddr, b: SocketAddr, c: SocketAd
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_reloads_under_load_lose_no_byte_and_close_no_connection() {
     let (a, b, c) = (Node::echo().await, Node::echo().await, Node::echo().await);
-    let proxy = Arc::new(Proxy::start(&reload_yaml(
-        0,
-        "127.0.0.1:0",
-        a.addr,
-        b.addr,
-        c.addr,
-    )));
+    let proxy =
+        Arc::new(Proxy::start(&reload_yaml(0, "127.0.0.1:0", a.addr, b.addr, c.addr)).await);
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     let addr = proxy.addr("p");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -747,7 +744,8 @@ async fn fifty_reloads_under_load_lose_no_byte_and_close_no_connection() {
             let started = Instant::now();
             let listen = addr.to_string();
             for i in 1..=50 {
-                let outcome = proxy.reload(&reload_yaml(i, &listen, a.addr, b.addr, c.addr));
+                let outcome =
+                    proxy.reload_blocking(&reload_yaml(i, &listen, a.addr, b.addr, c.addr));
                 assert_eq!(outcome["message"], "reloaded", "reload {i}: {outcome}");
                 std::thread::sleep(Duration::from_millis(50));
             }

@@ -19,12 +19,14 @@ async fn shutdown_on(sig: &str) {
         "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"{}\"]\n",
         node.addr
     );
-    let mut proxy = Proxy::start(&yaml);
+    let mut proxy = Proxy::start(&yaml).await;
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
     }
-    proxy.wait_count(|e| e["message"] == "connected", 3, T);
+    proxy
+        .wait_count(|e| e["message"] == "connected", 3, T)
+        .await;
     let sent = Instant::now();
     proxy.signal(sig);
     for c in &mut clients {
@@ -34,12 +36,13 @@ async fn shutdown_on(sig: &str) {
     }
     let status = proxy
         .wait_exit(Duration::from_secs(5))
+        .await
         .expect("did not exit");
     let took = sent.elapsed();
     assert!(status.success(), "exit status {status}");
     assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
-    proxy.wait_event(|e| e["message"] == "shutdown", T);
-    let closed = proxy.wait_count(|e| e["message"] == "closed", 3, T);
+    proxy.wait_event(|e| e["message"] == "shutdown", T).await;
+    let closed = proxy.wait_count(|e| e["message"] == "closed", 3, T).await;
     assert!(closed.iter().all(|e| e["reason"] == "shutdown"));
     // No new connections after shutdown.
     assert!(TcpStream::connect(proxy.addr("p")).await.is_err());
@@ -66,7 +69,7 @@ async fn listens_on_ipv4_and_ipv6_and_resolves_backend_names() {
         "pools:\n  - name: p\n    listen: [\"127.0.0.1:0\", \"[::1]:0\"]\n    backends: [\"localhost:{}\"]\n",
         node.addr.port()
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     let addrs = proxy.addrs_of("p");
     assert_eq!(addrs.len(), 2);
     assert!(addrs.iter().any(|a| a.is_ipv6()));
@@ -101,7 +104,7 @@ async fn ipv6_addresses_with_a_zone_listen_and_connect() {
         "pools:\n  - name: p\n    listen: [\"[::1%lo]:0\", \"[::1%1]:0\"]\n    \
          backends: [\"[::1%lo]:{port}\"]\n"
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     let addrs = proxy.addrs_of("p");
     assert_eq!(addrs.len(), 2);
     for addr in addrs {

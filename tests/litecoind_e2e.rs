@@ -26,12 +26,12 @@ fn litecoin_node_syncs_through_proxy() {
         "pools:\n  - name: ltc\n    listen: 127.0.0.1:0\n    backends:\n      - {}\n",
         a.p2p_addr()
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start_blocking(&yaml);
     let Some(b) = Litecoind::start(Some(proxy.addr("ltc"))) else {
         return;
     };
 
-    proxy.wait_event(
+    proxy.wait_event_blocking(
         |ev| ev["message"] == "connected" && ev["pool"] == "ltc",
         Duration::from_secs(10),
     );

@@ -26,7 +26,8 @@ async fn a_flood_of_refused_clients_is_folded_into_counts() {
         "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    allow: [10.0.0.0/8]\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    ))
+    .await;
     let addr = proxy.addr("p");
     let started = Instant::now();
     let workers: Vec<_> = (0..PARALLEL)
@@ -64,7 +65,7 @@ async fn a_flood_of_refused_clients_is_folded_into_counts() {
             "{} shown + {counted} counted of {FLOOD}",
             shown.len()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let seconds = started.elapsed().as_secs() as usize + 2;
     assert!(

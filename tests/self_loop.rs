@@ -48,7 +48,7 @@ async fn echo_ok(addr: SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_naming_our_own_listener_is_refused() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())]));
+    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())])).await;
     let addr = proxy.addr("p");
     let yaml = config(
         &addr.to_string(),
@@ -57,7 +57,7 @@ async fn a_reload_naming_our_own_listener_is_refused() {
             ("me", format!("localhost:{}", addr.port())),
         ],
     );
-    let outcome = proxy.reload(&yaml);
+    let outcome = proxy.reload(&yaml).await;
     assert_eq!(outcome["message"], "reload_failed", "{outcome}");
     let err = outcome["err"].as_str().unwrap();
     assert!(
@@ -70,7 +70,7 @@ async fn a_reload_naming_our_own_listener_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_that_turns_out_to_be_us_goes_down_without_a_chain() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())]));
+    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())])).await;
     let addr = proxy.addr("p");
     let admin = admin_addr(&proxy);
     // `127.0.0.1:0` keeps the bound port across the reload, and says
@@ -80,13 +80,13 @@ async fn a_backend_that_turns_out_to_be_us_goes_down_without_a_chain() {
         "127.0.0.1:0",
         &[("me", me.clone()), ("a", node.addr.to_string())],
     );
-    assert_eq!(proxy.reload(&yaml)["message"], "reloaded");
+    assert_eq!(proxy.reload(&yaml).await["message"], "reloaded");
     // The new backend's first probe would be a client of ours: it is not
     // made, and the backend is taken out as a client connect would.
-    let event = proxy.wait_event(|e| e["message"] == "self_loop", T);
+    let event = proxy.wait_event(|e| e["message"] == "self_loop", T).await;
     assert_eq!(event["backend"], "me", "{event}");
     assert_eq!(event["listener"], addr.to_string(), "{event}");
-    let q = proxy.wait_event(|e| e["message"] == "quarantined", T);
+    let q = proxy.wait_event(|e| e["message"] == "quarantined", T).await;
     assert_eq!(q["reason"], "self_loop", "{q}");
 
     let s = status(admin).await;
@@ -97,7 +97,9 @@ async fn a_backend_that_turns_out_to_be_us_goes_down_without_a_chain() {
     for _ in 0..5 {
         echo_ok(addr).await;
     }
-    let served = proxy.wait_count(|e| e["message"] == "connected", 5, T);
+    let served = proxy
+        .wait_count(|e| e["message"] == "connected", 5, T)
+        .await;
     assert!(
         served.iter().all(|e| e["backend"] == "a"),
         "every client went to the real node: {served:?}"

@@ -31,7 +31,7 @@ const CHECKS: usize = 10;
 async fn proxy_allowing(allow: &str) -> (Proxy, SocketAddr, Node) {
     let node = Node::echo().await;
     let yaml = config(&[("a", node.addr, false)], &format!(", allow: [{allow}]"));
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     let admin = admin_addr(&proxy);
     (proxy, admin, node)
 }
@@ -319,5 +319,7 @@ async fn every_concurrent_reload_gets_an_answer_and_healthz_keeps_answering() {
         }
     }
     assert!(ok >= 1, "no reload ran");
-    proxy.wait_count(|e| e["message"] == "reloaded", ok, T);
+    proxy
+        .wait_count(|e| e["message"] == "reloaded", ok, T)
+        .await;
 }

@@ -319,7 +319,7 @@ impl Wrapped {
     /// Write `yaml` (JSON logs at debug level prepended), run
     /// `prefix... BINARY run -c FILE`, wait for `ready` at most 10 s.
     /// `None` if the process exits before that (the prefix is unusable here).
-    pub fn start(prefix: &[&str], binary: &str, yaml: &str) -> Option<Wrapped> {
+    pub async fn start(prefix: &[&str], binary: &str, yaml: &str) -> Option<Wrapped> {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
         std::fs::write(
@@ -363,7 +363,7 @@ impl Wrapped {
             if w.child.try_wait().expect("try_wait").is_some() {
                 return None;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("wrapped pin-proxy did not get ready; log: {:?}", w.events());
     }
