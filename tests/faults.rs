@@ -82,7 +82,10 @@ async fn killed_backend(rst: bool) {
     if rst {
         // Left unread in the backend's receive queue: its exit becomes a reset.
         victim.write_all(&[7u8; 64 * 1024]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        wait_until("bytes unread in the backend's receive queue", T, || {
+            tcp_sockets(py.pid()).iter().any(|s| s.rx_queue > 0)
+        })
+        .await;
     }
     let during = fd_count(pid);
     let killed = Instant::now();
@@ -222,25 +225,28 @@ async fn half_open_backend_is_closed_by_idle_timeout_and_both_legs_carry_keepali
     let last_byte = Instant::now();
     // The start-up probe's connection counts too: the node never notices it end.
     wait_until("backend leg up", T, || node.accepted() == 2).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // Read the keepalive timers back from the kernel. /proc/net/tcp is not
-    // a consistent snapshot while other sockets churn, so look a few times.
+    // Read the keepalive timers back from the kernel, once both legs are
+    // idle with the timer armed (until the last byte is acknowledged, a
+    // leg shows its retransmit timer instead).
+    const KEEPALIVE: u8 = 2;
     let mut legs = None;
-    for _ in 0..50 {
+    wait_until("both legs idle with a keepalive timer", T, || {
         let socks = tcp_sockets(proxy.pid());
         let client = socks.iter().find(|s| s.remote == me).cloned();
         let backend = socks.iter().find(|s| s.remote == node.addr).cloned();
-        if let (Some(c), Some(b)) = (client, backend) {
+        if let (Some(c), Some(b)) = (client, backend)
+            && c.timer == KEEPALIVE
+            && b.timer == KEEPALIVE
+        {
             legs = Some((c, b));
-            break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        legs.is_some()
+    })
+    .await;
     let (client_leg, backend_leg) = legs.expect("both legs in /proc/PID/net/tcp");
     let (client_leg, backend_leg) = (&client_leg, &backend_leg);
     for (leg, s) in [("client", client_leg), ("backend", backend_leg)] {
-        assert_eq!(s.timer, 2, "{leg} leg has a keepalive timer: {s:?}");
         assert!(
             s.timer_in > Duration::from_secs(5) && s.timer_in <= Duration::from_secs(7),
             "{leg} leg keepalive fires in {:?}, idle is 7s",
@@ -390,7 +396,15 @@ async fn vanished_backend_host_is_detected_by_keepalive() {
         "ok",
         "echo through the proxy inside the namespace"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cut only once the backend leg is idle (every byte acknowledged, the
+    // keepalive timer armed): then only keepalive can notice the loss.
+    let backend_addr: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
+    wait_until("backend leg idle with a keepalive timer", T, || {
+        tcp_sockets(proxy.pid())
+            .iter()
+            .any(|s| s.remote == backend_addr && s.timer == 2)
+    })
+    .await;
     let cut = Instant::now();
     let vanish = [
         "ip rule add pref 5 to 127.0.0.2 blackhole",

@@ -72,6 +72,8 @@ pub struct TcpSock {
     pub timer: u8,
     /// Time until the timer fires.
     pub timer_in: Duration,
+    /// Bytes received and not yet read by the application.
+    pub rx_queue: u32,
 }
 
 /// The TCP sockets process `pid` holds open (in its network namespace).
@@ -97,6 +99,7 @@ pub fn tcp_sockets(pid: u32) -> Vec<TcpSock> {
                 continue;
             }
             let (timer, when) = f[5].split_once(':').expect("tr:tm->when");
+            let (_, rx) = f[4].split_once(':').expect("tx_queue:rx_queue");
             out.push(TcpSock {
                 local: proc_addr(f[1]),
                 remote: proc_addr(f[2]),
@@ -104,6 +107,7 @@ pub fn tcp_sockets(pid: u32) -> Vec<TcpSock> {
                 timer: u8::from_str_radix(timer, 16).expect("timer"),
                 // Clock ticks at USER_HZ, which is 100 on Linux.
                 timer_in: Duration::from_millis(u64::from_str_radix(when, 16).expect("when") * 10),
+                rx_queue: u32::from_str_radix(rx, 16).expect("rx_queue"),
             });
         }
     }
