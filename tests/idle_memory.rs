@@ -1,7 +1,8 @@
 //! A connection that goes idle after moving data gives its buffers back:
 //! the live heap bytes (counted by a global allocator wrapper) that 100 idle
 //! connections hold after each moved 256 KiB both ways stay far below one
-//! data buffer per connection.
+//! data buffer per connection. A test binary of its own: the counter sees
+//! the whole process, so no other test may run beside it.
 
 mod support;
 

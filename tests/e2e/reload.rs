@@ -3,17 +3,15 @@
 //! nothing; quarantine and strikes survive. Plus the systemd notifications
 //! around it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
+use crate::support::inproc::Running;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{wait_until, within};
 use pin_proxy::control::ReloadError;
-use support::inproc::Running;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

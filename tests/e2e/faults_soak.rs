@@ -2,26 +2,22 @@
 //! connection churn with resets on both sides, a flapping backend, and
 //! reloads under load. Durations scale with `PIN_PROXY_SOAK_SECS` (default
 //! 10 s; the full length is 60). Each prints a `FIGURE` line
-//! (`cargo test --test faults_soak -- --nocapture`).
-
-#[path = "support/faults.rs"]
-mod faults_support;
-mod support;
+//! (`cargo test --test e2e faults_soak:: -- --nocapture`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use faults_support::{
+use crate::faults_support::{
     Rng, Verifier, admin_addr, fd_count, fill_at, live_connections, long_run, ms, rss_kib,
     soak_secs, wait_named,
 };
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{wait_until, within};
 use serde_json::Value;
 use socket2::SockRef;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -415,7 +411,7 @@ async fn churn_with_resets_both_sides_leaves_no_fd_or_connection_behind() {
 async fn tagged_echo(tag: u8) -> Node {
     Node::start(move |mut s: TcpStream| async move {
         if s.write_all(&[tag]).await.is_ok() {
-            support::nodes::echo(s).await;
+            crate::support::nodes::echo(s).await;
         }
     })
     .await

@@ -3,15 +3,13 @@
 //! drained. Skips when litecoind is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::support::litecoind::{self, Litecoind};
+use crate::support::proxy::Proxy;
 use serde_json::Value;
-use support::litecoind::{self, Litecoind};
-use support::proxy::Proxy;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);

@@ -4,14 +4,12 @@
 //!
 //! Backends are simulated Litecoin P2P nodes probed with `bitcoin-p2p`.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::inproc::{Running, T};
+use crate::support::{wait_until, within};
 use pin_proxy::health::ProbeOutcome;
 use pin_proxy::simnode::SimNode;
-use support::inproc::{Running, T};
-use support::{wait_until, within};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;

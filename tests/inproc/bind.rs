@@ -2,9 +2,7 @@
 //! worker); a second instance on the same address must still fail to start
 //! rather than join the group and take half the clients.
 
-mod support;
-
-use support::inproc::Running;
+use crate::support::inproc::Running;
 
 fn yaml(listen: &str) -> String {
     format!(

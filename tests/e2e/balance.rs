@@ -1,15 +1,13 @@
 //! Selection and admission: least-used order, fail-over within one client
 //! connection, all-down, allow-list, max_connections.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::nodes::{BlackHole, Node, refused_addr};
+use crate::support::proxy::Proxy;
+use crate::support::{wait_until, within};
 use serde_json::Value;
-use support::nodes::{BlackHole, Node, refused_addr};
-use support::proxy::Proxy;
-use support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 

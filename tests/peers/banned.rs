@@ -5,14 +5,12 @@
 //! that serves them. Skips when litecoind is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::litecoind::{Litecoind, peer, try_peer};
+use crate::support::proxy::Proxy;
 use serde_json::Value;
-use support::litecoind::{Litecoind, peer, try_peer};
-use support::proxy::Proxy;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);

@@ -12,24 +12,22 @@
 //! verdict would have acted by then) instead of sleeping. Litecoin Core
 //! tests skip when litecoind is absent (unless `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::Path;
 
+use crate::support::blockbook::RestTwin;
+use crate::support::liar::{
+    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
+    headers_with_bad_work, live_on, probed, status_of, wait_healthy_probes, wait_live, with_url,
+};
+use crate::support::litecoind::Litecoind;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
 use pin_proxy::config::Config;
 use pin_proxy::probe::{Report, Verdict};
 use pin_proxy::registry::Pool;
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
-use support::blockbook::RestTwin;
-use support::liar::{
-    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
-    headers_with_bad_work, live_on, probed, status_of, wait_healthy_probes, wait_live, with_url,
-};
-use support::litecoind::Litecoind;
-use support::nodes::Node;
-use support::proxy::Proxy;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -277,7 +275,7 @@ async fn node_left_behind_by_two_that_agree_is_lagging_and_drained() {
         (&"lagging".into(), &1.into())
     );
     // Its client redials onto the two usable nodes.
-    support::wait_until("c's client on a or b", T, || {
+    crate::support::wait_until("c's client on a or b", T, || {
         let events = proxy.events();
         let live = |h| live_on(&events, h).len();
         live("c") == 0 && live("a") + live("b") == 3

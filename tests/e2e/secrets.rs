@@ -1,15 +1,12 @@
 //! No secret from a `probe_url` (userinfo, query) reaches a log line, an
 //! error, `/status`, `/metrics` or `check`'s output.
 
-#[path = "admin/http.rs"]
-#[allow(dead_code)] // shared with tests/admin.rs, which uses all of it
-mod http;
-mod support;
+use crate::admin::http;
 
 use std::time::Duration;
 
-use support::nodes::{Node, refused_addr};
-use support::proxy::{Proxy, binary};
+use crate::support::nodes::{Node, refused_addr};
+use crate::support::proxy::{Proxy, binary};
 
 const T: Duration = Duration::from_secs(10);
 const SECRETS: [&str; 3] = ["s3cretpw", "t0kenvalue", "hunter2user"];

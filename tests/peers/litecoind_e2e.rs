@@ -2,12 +2,10 @@
 //! from another through pin-proxy. Skips when litecoind is not installed
 //! (unless `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::time::Duration;
 
-use support::litecoind::Litecoind;
-use support::proxy::Proxy;
+use crate::support::litecoind::Litecoind;
+use crate::support::proxy::Proxy;
 
 /// Blocks mined before syncing: a few hundred, below MWEB activation (432).
 const BLOCKS: u64 = 200;

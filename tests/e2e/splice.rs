@@ -1,13 +1,11 @@
 //! Splice exactness: big transfers both ways, many connections, half-close,
 //! resets, idle timeout. Real sockets through the real binary.
 
-mod support;
-
 use std::time::Duration;
 
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{hash_to_eof, pattern, send_all, sha256, within};
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{hash_to_eof, pattern, send_all, sha256, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;

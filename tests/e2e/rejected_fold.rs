@@ -2,13 +2,11 @@
 //! per second and pool and reason, then one summary line a second with the
 //! number left out, and every refusal accounted for.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::within;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::within;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 

@@ -1,13 +1,11 @@
 //! Process life: graceful shutdown on SIGTERM/SIGINT, IPv4 and IPv6
 //! listeners, host-name backends, log formats and files.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::nodes::Node;
-use support::proxy::{Proxy, binary};
-use support::within;
+use crate::support::nodes::Node;
+use crate::support::proxy::{Proxy, binary};
+use crate::support::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -158,7 +156,7 @@ async fn text_logs_go_to_a_daily_file_and_are_flushed_on_exit() {
     drop(c);
     // The writer flushes as it goes: wait for the `closed` line to land.
     let logs = log.parent().unwrap().to_owned();
-    support::wait_until("closed in the log file", T, || {
+    crate::support::wait_until("closed in the log file", T, || {
         std::fs::read_dir(&logs)
             .into_iter()
             .flatten()

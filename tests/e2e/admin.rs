@@ -11,17 +11,16 @@ mod cli;
 #[path = "admin/errors.rs"]
 mod errors;
 #[path = "admin/http.rs"]
-mod http;
-mod support;
+pub(crate) mod http;
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{hash_to_eof, pattern, send_all, within};
 use http::{Kind, admin_addr, backend, metrics, request, status};
 use serde_json::Value;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{hash_to_eof, pattern, send_all, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

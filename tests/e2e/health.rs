@@ -8,18 +8,16 @@
 //! it counts the proxy's own rebalance ticks (see [`Clock`]) rather than
 //! sleeping.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::support::blockbook::RestTwin;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::wait_until;
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
-use support::blockbook::RestTwin;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::wait_until;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;

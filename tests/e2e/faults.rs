@@ -3,23 +3,19 @@
 //! and keepalive under total packet loss in a private network namespace),
 //! fd exhaustion, the allow-list on every listen address, and a backend name
 //! that re-resolves to another address. Each prints a `FIGURE` line with what
-//! it measured (`cargo test --test faults -- --nocapture`).
-
-#[path = "support/faults.rs"]
-mod faults_support;
-mod support;
+//! it measured (`cargo test --test e2e faults:: -- --nocapture`).
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use faults_support::{
+use crate::faults_support::{
     PY_STREAMER, Py, Wrapped, admin_addr, alive, fd_count, live_connections, ms, require_peers,
     tcp_sockets, wait_named,
 };
-use support::nodes::{BlackHole, Node};
-use support::proxy::{Proxy, binary};
-use support::{wait_until, within};
+use crate::support::nodes::{BlackHole, Node};
+use crate::support::proxy::{Proxy, binary};
+use crate::support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -723,7 +719,7 @@ fn tagged(listener: TcpListener, tag: u8) -> tokio::task::JoinHandle<()> {
         while let Ok((mut s, _)) = listener.accept().await {
             tokio::spawn(async move {
                 if s.write_all(&[tag]).await.is_ok() {
-                    support::nodes::echo(s).await;
+                    crate::support::nodes::echo(s).await;
                 }
             });
         }

@@ -4,18 +4,15 @@
 //! never dialled: the backend goes down at once, clients fail over, and no
 //! chain of nested connections starts.
 
-#[allow(dead_code)]
-#[path = "admin/http.rs"]
-mod http;
-mod support;
+use crate::admin::http;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::within;
 use http::{admin_addr, backend, status};
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -16,11 +16,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{Answer, admin_addr, backend, status, try_send};
+use super::http::{Answer, admin_addr, backend, status, try_send};
+use super::{T, config};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
-use crate::{T, config};
 
 /// Each `/healthz` must be answered within this (generous) bound.
 const ANSWER: Duration = Duration::from_secs(2);
