@@ -1,7 +1,8 @@
 //! A connection that goes idle after moving data gives its buffers back:
 //! the live heap bytes (counted by a global allocator wrapper) that 100 idle
 //! connections hold after each moved 256 KiB both ways stay far below one
-//! data buffer per connection.
+//! data buffer per connection. A test binary of its own: the counter sees
+//! the whole process, so no other test may run beside it.
 
 mod support;
 
@@ -9,9 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use pin_proxy::Server;
-use pin_proxy::config::Config;
 use std::io::{Read, Write};
+use support::inproc::Running;
 use support::{pattern, wait_until, within};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -77,18 +77,12 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
     let yaml = format!(
         "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    health: {{ interval: 1h }}\n    backends: [\"{node_addr}\"]\n"
     );
-    let config = Config::parse(&yaml, "inline.yaml".as_ref()).unwrap();
-    let server = Server::bind(config).unwrap();
-    let addr = server.local_addrs()[0].1;
-    let pool = server.pools()[0].clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async {
-        let _ = stopped.await;
-    }));
+    let proxy = Running::start(&yaml);
+    let addr = proxy.addr();
     let data = pattern(7, PER_CONN);
     let mut back = vec![0u8; PER_CONN];
     wait_until("start-up probe", T, || {
-        pool.status().backends[0].last_probe.is_some()
+        proxy.pool().status().backends[0].last_probe.is_some()
     })
     .await;
     let before = LIVE.load(Ordering::Relaxed);
@@ -106,7 +100,7 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
         got.unwrap();
         assert!(back == data, "echo mismatch");
     }
-    let moved = pool.status().backends[0].bytes_up;
+    let moved = proxy.pool().status().backends[0].bytes_up;
     assert_eq!(moved, (CONNS * PER_CONN) as u64);
     let after = LIVE.load(Ordering::Relaxed);
     let per_conn = (after - before) / CONNS as isize;
@@ -119,6 +113,6 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
         per_conn < 8 * 1024,
         "idle connections hold {per_conn} bytes each after moving data"
     );
-    stop.send(()).unwrap();
-    within("server stops", T, running).await.unwrap();
+    drop(clients);
+    proxy.stop().await;
 }

@@ -1,5 +1,5 @@
 //! cargo-fuzz target `blockbook`: the logic is in `harness/blockbook.rs`, shared with
-//! the corpus replay test `tests/fuzz_corpus.rs`.
+//! the corpus replay test `tests/e2e/fuzz_corpus.rs`.
 
 #![no_main]
 

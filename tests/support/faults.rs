@@ -72,6 +72,8 @@ pub struct TcpSock {
     pub timer: u8,
     /// Time until the timer fires.
     pub timer_in: Duration,
+    /// Bytes received and not yet read by the application.
+    pub rx_queue: u32,
 }
 
 /// The TCP sockets process `pid` holds open (in its network namespace).
@@ -97,6 +99,7 @@ pub fn tcp_sockets(pid: u32) -> Vec<TcpSock> {
                 continue;
             }
             let (timer, when) = f[5].split_once(':').expect("tr:tm->when");
+            let (_, rx) = f[4].split_once(':').expect("tx_queue:rx_queue");
             out.push(TcpSock {
                 local: proc_addr(f[1]),
                 remote: proc_addr(f[2]),
@@ -104,6 +107,7 @@ pub fn tcp_sockets(pid: u32) -> Vec<TcpSock> {
                 timer: u8::from_str_radix(timer, 16).expect("timer"),
                 // Clock ticks at USER_HZ, which is 100 on Linux.
                 timer_in: Duration::from_millis(u64::from_str_radix(when, 16).expect("when") * 10),
+                rx_queue: u32::from_str_radix(rx, 16).expect("rx_queue"),
             });
         }
     }
@@ -319,7 +323,7 @@ impl Wrapped {
     /// Write `yaml` (JSON logs at debug level prepended), run
     /// `prefix... BINARY run -c FILE`, wait for `ready` at most 10 s.
     /// `None` if the process exits before that (the prefix is unusable here).
-    pub fn start(prefix: &[&str], binary: &str, yaml: &str) -> Option<Wrapped> {
+    pub async fn start(prefix: &[&str], binary: &str, yaml: &str) -> Option<Wrapped> {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
         std::fs::write(
@@ -363,7 +367,7 @@ impl Wrapped {
             if w.child.try_wait().expect("try_wait").is_some() {
                 return None;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("wrapped pin-proxy did not get ready; log: {:?}", w.events());
     }

@@ -95,7 +95,7 @@ pub async fn wait_live(proxy: &Proxy, want: &[(&str, usize)]) {
 
 /// The address the admin endpoint bound.
 pub fn admin_addr(proxy: &Proxy) -> SocketAddr {
-    let event = proxy.wait_event(|e| e["message"] == "admin_listening", T);
+    let event = proxy.wait_event_blocking(|e| e["message"] == "admin_listening", T);
     event["listen"].as_str().unwrap().parse().unwrap()
 }
 

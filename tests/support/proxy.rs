@@ -1,4 +1,6 @@
 //! Run the real `pin-proxy` binary with a config and read its JSON log events.
+//! Waits are async (a `watch` fed by the log reader thread wakes them); the
+//! `_blocking` forms are for plain `#[test]`s only.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -7,12 +9,100 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::sync::watch;
 
 /// Log events read so far, shared with the reader thread.
-#[derive(Default)]
 struct Events {
     lines: Mutex<Vec<Value>>,
+    /// Wakes blocking waits.
     more: Condvar,
+    /// The number of lines read, for async waits.
+    count: watch::Sender<usize>,
+}
+
+impl Events {
+    fn new() -> Events {
+        Events {
+            lines: Mutex::default(),
+            more: Condvar::new(),
+            count: watch::Sender::new(0),
+        }
+    }
+
+    /// Events from index `from` on that match `pred`, if at least `n`.
+    fn found(&self, from: usize, pred: &impl Fn(&Value) -> bool, n: usize) -> Option<Vec<Value>> {
+        let lines = self.lines.lock().unwrap();
+        let found: Vec<Value> = lines
+            .iter()
+            .skip(from)
+            .filter(|e| pred(e))
+            .cloned()
+            .collect();
+        (found.len() >= n).then_some(found)
+    }
+
+    /// The timeout panic, with the whole log.
+    fn timed_out(&self, what: &str) -> ! {
+        let lines = self.lines.lock().unwrap();
+        let log: Vec<String> = lines.iter().map(|e| e.to_string()).collect();
+        panic!("timed out waiting for {what}; log:\n{}", log.join("\n"));
+    }
+
+    /// Wait (async) until `n` events from index `from` on match `pred`.
+    async fn wait(
+        &self,
+        from: usize,
+        pred: impl Fn(&Value) -> bool,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Subscribed before looking, so no line read in between is missed.
+        let mut more = self.count.subscribe();
+        loop {
+            if let Some(found) = self.found(from, &pred, n) {
+                return found;
+            }
+            match tokio::time::timeout_at(deadline, more.changed()).await {
+                Ok(Ok(())) => {}
+                // The reader stopped (the process exited): one last look.
+                Ok(Err(_)) | Err(_) => {
+                    return self
+                        .found(from, &pred, n)
+                        .unwrap_or_else(|| self.timed_out(&format!("{n} matching events")));
+                }
+            }
+        }
+    }
+
+    /// As [`Events::wait`], blocking the thread.
+    fn wait_blocking(
+        &self,
+        from: usize,
+        pred: impl Fn(&Value) -> bool,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = self.lines.lock().unwrap();
+        loop {
+            let found: Vec<Value> = lines
+                .iter()
+                .skip(from)
+                .filter(|e| pred(e))
+                .cloned()
+                .collect();
+            if found.len() >= n {
+                return found;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(lines);
+                self.timed_out(&format!("{n} matching events (found {})", found.len()));
+            }
+            lines = self.more.wait_timeout(lines, deadline - now).unwrap().0;
+        }
+    }
 }
 
 /// A running pin-proxy process; killed on drop.
@@ -32,12 +122,32 @@ pub fn binary() -> &'static str {
 impl Proxy {
     /// Start pin-proxy on `yaml` (JSON logs at debug level unless the yaml
     /// says otherwise) and wait until it reports `ready`.
-    pub fn start(yaml: &str) -> Proxy {
-        Proxy::start_with_env(yaml, &[])
+    pub async fn start(yaml: &str) -> Proxy {
+        Proxy::start_with_env(yaml, &[]).await
     }
 
     /// As [`Proxy::start`], with extra environment variables.
-    pub fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Proxy {
+    pub async fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Proxy {
+        let mut proxy = Proxy::spawn(yaml, env);
+        proxy
+            .events
+            .wait(0, |e| e["message"] == "ready", 1, START)
+            .await;
+        proxy.ready();
+        proxy
+    }
+
+    /// As [`Proxy::start`], blocking the thread (for plain `#[test]`s).
+    pub fn start_blocking(yaml: &str) -> Proxy {
+        let mut proxy = Proxy::spawn(yaml, &[]);
+        proxy
+            .events
+            .wait_blocking(0, |e| e["message"] == "ready", 1, START);
+        proxy.ready();
+        proxy
+    }
+
+    fn spawn(yaml: &str, env: &[(&str, &str)]) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, with_log(yaml)).expect("write config");
@@ -52,26 +162,34 @@ impl Proxy {
             .spawn()
             .expect("spawn pin-proxy");
         let stdout = child.stdout.take().expect("stdout");
-        let events = Arc::new(Events::default());
+        let events = Arc::new(Events::new());
         let sink = events.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let value = serde_json::from_str(&line)
                     .unwrap_or_else(|_| panic!("log line is not JSON: {line}"));
-                sink.lines.lock().unwrap().push(value);
+                let n = {
+                    let mut lines = sink.lines.lock().unwrap();
+                    lines.push(value);
+                    lines.len()
+                };
                 sink.more.notify_all();
+                sink.count.send_replace(n);
             }
         });
-        let mut proxy = Proxy {
+        Proxy {
             child,
             config: path,
             events,
             addrs: Vec::new(),
             _dir: dir,
-        };
-        proxy.wait_event(|e| e["message"] == "ready", Duration::from_secs(10));
-        proxy.addrs = proxy
+        }
+    }
+
+    /// Take the listen addresses from the log, once `ready` is logged.
+    fn ready(&mut self) {
+        self.addrs = self
             .events()
             .iter()
             .filter(|e| e["message"] == "listening")
@@ -80,7 +198,6 @@ impl Proxy {
                 (pool, e["listen"].as_str().unwrap().parse().unwrap())
             })
             .collect();
-        proxy
     }
 
     /// The first bound address of `pool`.
@@ -114,40 +231,33 @@ impl Proxy {
     }
 
     /// Wait for an event matching `pred`; panics with the log on timeout.
-    pub fn wait_event(&self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Value {
-        self.wait_count(&pred, 1, timeout).remove(0)
+    pub async fn wait_event(&self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Value {
+        self.wait_count(pred, 1, timeout).await.remove(0)
     }
 
     /// Wait until `n` events match `pred` and return them.
-    pub fn wait_count(
+    pub async fn wait_count(
         &self,
         pred: impl Fn(&Value) -> bool,
         n: usize,
         timeout: Duration,
     ) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        let mut lines = self.events.lines.lock().unwrap();
-        loop {
-            let found: Vec<Value> = lines.iter().filter(|e| pred(e)).cloned().collect();
-            if found.len() >= n {
-                return found;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let log: Vec<String> = lines.iter().map(|e| e.to_string()).collect();
-                panic!(
-                    "timed out waiting for {n} matching events (found {}); log:\n{}",
-                    found.len(),
-                    log.join("\n")
-                );
-            }
-            lines = self
-                .events
-                .more
-                .wait_timeout(lines, deadline - now)
-                .unwrap()
-                .0;
-        }
+        self.events.wait(0, pred, n, timeout).await
+    }
+
+    /// As [`Proxy::wait_event`], blocking the thread (for plain `#[test]`s).
+    pub fn wait_event_blocking(&self, pred: impl Fn(&Value) -> bool, timeout: Duration) -> Value {
+        self.wait_count_blocking(pred, 1, timeout).remove(0)
+    }
+
+    /// As [`Proxy::wait_count`], blocking the thread (for plain `#[test]`s).
+    pub fn wait_count_blocking(
+        &self,
+        pred: impl Fn(&Value) -> bool,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<Value> {
+        self.events.wait_blocking(0, pred, n, timeout)
     }
 
     /// The process id.
@@ -162,19 +272,24 @@ impl Proxy {
 
     /// Replace the config file (the same `log:` default applies) and send
     /// SIGHUP; returns the `reloaded` or `reload_failed` event.
-    pub fn reload(&self, yaml: &str) -> Value {
+    pub async fn reload(&self, yaml: &str) -> Value {
         let before = self.events().len();
         std::fs::write(&self.config, with_log(yaml)).expect("write config");
         self.signal("HUP");
         let outcome = |e: &Value| e["message"] == "reloaded" || e["message"] == "reload_failed";
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(e) = self.events().into_iter().skip(before).find(|e| outcome(e)) {
-                return e;
-            }
-            assert!(Instant::now() < deadline, "no reload outcome logged");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.events.wait(before, outcome, 1, START).await.remove(0)
+    }
+
+    /// As [`Proxy::reload`], blocking the thread (for plain `#[test]`s and
+    /// `spawn_blocking`).
+    pub fn reload_blocking(&self, yaml: &str) -> Value {
+        let before = self.events().len();
+        std::fs::write(&self.config, with_log(yaml)).expect("write config");
+        self.signal("HUP");
+        let outcome = |e: &Value| e["message"] == "reloaded" || e["message"] == "reload_failed";
+        self.events
+            .wait_blocking(before, outcome, 1, START)
+            .remove(0)
     }
 
     /// Send a signal (`TERM`, `INT`, `HUP`) to the process.
@@ -188,17 +303,23 @@ impl Proxy {
     }
 
     /// Wait for the process to exit, at most `timeout`.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return Some(status);
             }
-            std::thread::sleep(Duration::from_millis(10));
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            // No exit notification for a child in std: look again shortly.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        None
     }
 }
+
+/// Bound on start-up and on a reload's outcome.
+const START: Duration = Duration::from_secs(10);
 
 /// JSON logs at debug level unless the yaml sets `log:` itself.
 fn with_log(yaml: &str) -> String {

@@ -3,18 +3,15 @@
 //! nothing; quarantine and strikes survive. Plus the systemd notifications
 //! around it.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use pin_proxy::Server;
-use pin_proxy::config::Config;
+use crate::support::inproc::Running;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{wait_until, within};
 use pin_proxy::control::ReloadError;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -44,7 +41,8 @@ async fn added_backend_takes_the_next_client_and_existing_connections_stay() {
     let proxy = Proxy::start(&format!(
         "pools:\n{}",
         pool("p", "127.0.0.1:0", &[("a", a.addr)])
-    ));
+    ))
+    .await;
     let addr = proxy.addr("p");
     let mut first = TcpStream::connect(addr).await.unwrap();
     let mut second = TcpStream::connect(addr).await.unwrap();
@@ -55,11 +53,13 @@ async fn added_backend_takes_the_next_client_and_existing_connections_stay() {
         "pools:\n{}",
         pool("p", &addr.to_string(), &[("a", a.addr), ("b", b.addr)])
     );
-    let outcome = proxy.reload(&yaml);
+    let outcome = proxy.reload(&yaml).await;
     assert_eq!(outcome["message"], "reloaded", "{outcome}");
     let mut third = TcpStream::connect(addr).await.unwrap();
     echo_ok(&mut third).await;
-    let connected = proxy.wait_count(|e| e["message"] == "connected", 3, T);
+    let connected = proxy
+        .wait_count(|e| e["message"] == "connected", 3, T)
+        .await;
     assert_eq!(
         connected[2]["backend"], "b",
         "the new backend, with no clients, gets the next one"
@@ -79,19 +79,22 @@ async fn removed_pool_stops_listening_and_closes_its_connections() {
     let proxy = Proxy::start(&format!(
         "pools:\n{keep}{}",
         pool("gone", "127.0.0.1:0", &[("n", node.addr)])
-    ));
+    ))
+    .await;
     let (keep_addr, gone_addr) = (proxy.addr("keep"), proxy.addr("gone"));
     let mut on_gone = TcpStream::connect(gone_addr).await.unwrap();
     echo_ok(&mut on_gone).await;
     let keep = pool("keep", &keep_addr.to_string(), &[("n", node.addr)]);
     assert_eq!(
-        proxy.reload(&format!("pools:\n{keep}"))["message"],
+        proxy.reload(&format!("pools:\n{keep}")).await["message"],
         "reloaded"
     );
     let mut b = [0u8; 1];
     let n = within("removed pool's client closed", T, on_gone.read(&mut b)).await;
     assert!(matches!(n, Ok(0) | Err(_)));
-    let closed = proxy.wait_event(|e| e["message"] == "closed" && e["pool"] == "gone", T);
+    let closed = proxy
+        .wait_event(|e| e["message"] == "closed" && e["pool"] == "gone", T)
+        .await;
     assert_eq!(closed["reason"], "pool_removed");
     wait_until("port closed", T, || {
         std::net::TcpStream::connect(gone_addr).is_err()
@@ -107,10 +110,13 @@ async fn broken_file_is_rejected_and_the_old_config_keeps_running() {
     let proxy = Proxy::start(&format!(
         "pools:\n{}",
         pool("p", "127.0.0.1:0", &[("n", node.addr)])
-    ));
+    ))
+    .await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     echo_ok(&mut c).await;
-    let outcome = proxy.reload("pools:\n  - name: p\n    listen: nowhere\n    backends: []\n");
+    let outcome = proxy
+        .reload("pools:\n  - name: p\n    listen: nowhere\n    backends: []\n")
+        .await;
     assert_eq!(outcome["message"], "reload_failed");
     let err = outcome["err"].as_str().unwrap();
     assert!(err.contains("pools[0]"), "error names the YAML path: {err}");
@@ -132,12 +138,8 @@ async fn quarantine_and_strikes_survive_a_reload() {
         .unwrap()
     };
     write(&[("a", a.addr)]);
-    let server = Server::bind_file(Config::load(&path).unwrap(), Some(path.clone())).unwrap();
-    let (control, p) = (server.control(), server.pools()[0].clone());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async {
-        let _ = stopped.await;
-    }));
+    let proxy = Running::start_file(&path);
+    let (control, p) = (proxy.control(), proxy.pool());
     p.quarantine("a", Duration::from_secs(3600)).unwrap();
     let before = p.status().backends[0].clone();
     assert_eq!(before.state, "quarantined");
@@ -160,8 +162,7 @@ async fn quarantine_and_strikes_survive_a_reload() {
     );
     assert!(err.to_string().contains("config.yaml"), "{err}");
     assert_eq!(p.status().backends.len(), 2, "the old config keeps running");
-    stop.send(()).unwrap();
-    within("server stops", T, running).await.unwrap();
+    proxy.stop().await;
 }
 
 /// Receive notifications on `sock` until one contains `want`.
@@ -193,7 +194,8 @@ async fn systemd_hears_ready_reloading_ready_stopping_and_watchdog_pings() {
             ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
             ("WATCHDOG_USEC", "200000"),
         ],
-    );
+    )
+    .await;
     let mut seen = Vec::new();
     expect_notify(&sock, "READY=1", &mut seen);
     expect_notify(&sock, "WATCHDOG=1", &mut seen);
@@ -201,12 +203,12 @@ async fn systemd_hears_ready_reloading_ready_stopping_and_watchdog_pings() {
         "pools:\n{}",
         pool("p", &proxy.addr("p").to_string(), &[("n", node.addr)])
     );
-    proxy.reload(&yaml);
+    proxy.reload(&yaml).await;
     expect_notify(&sock, "RELOADING=1", &mut seen);
     let reloading = seen.last().unwrap().clone();
     assert!(reloading.contains("MONOTONIC_USEC="), "{reloading}");
     expect_notify(&sock, "READY=1", &mut seen);
     proxy.signal("TERM");
     expect_notify(&sock, "STOPPING=1", &mut seen);
-    assert!(proxy.wait_exit(T).unwrap().success());
+    assert!(proxy.wait_exit(T).await.unwrap().success());
 }

@@ -2,26 +2,22 @@
 //! connection churn with resets on both sides, a flapping backend, and
 //! reloads under load. Durations scale with `PIN_PROXY_SOAK_SECS` (default
 //! 10 s; the issue's full length is 60). Each prints a `FIGURE` line
-//! (`cargo test --test faults_soak -- --nocapture`).
-
-#[path = "support/faults.rs"]
-mod faults_support;
-mod support;
+//! (`cargo test --test e2e faults_soak:: -- --nocapture`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use faults_support::{
+use crate::faults_support::{
     Rng, Verifier, admin_addr, fd_count, fill_at, live_connections, long_run, ms, rss_kib,
     soak_secs, wait_named,
 };
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{wait_until, within};
 use serde_json::Value;
 use socket2::SockRef;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -96,7 +92,7 @@ async fn slow_reader_keeps_proxy_memory_flat_and_gets_every_byte() {
         "defaults:\n  health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    )).await;
     let pid = proxy.pid();
     wait_named(&proxy, "probe", 1, T, |_| true).await;
     // Warm up: one small transfer, so the baseline includes a used runtime.
@@ -287,7 +283,8 @@ async fn churn_with_resets_both_sides_leaves_no_fd_or_connection_behind() {
          max_connections: 4096\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    ))
+    .await;
     let pid = proxy.pid();
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 1, T, |_| true).await;
@@ -414,7 +411,7 @@ async fn churn_with_resets_both_sides_leaves_no_fd_or_connection_behind() {
 async fn tagged_echo(tag: u8) -> Node {
     Node::start(move |mut s: TcpStream| async move {
         if s.write_all(&[tag]).await.is_ok() {
-            support::nodes::echo(s).await;
+            crate::support::nodes::echo(s).await;
         }
     })
     .await
@@ -471,7 +468,8 @@ async fn flapping_backend_escalates_quarantine_and_spares_the_stable_one() {
          rebalance: {{ interval: 0s }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [{{ name: s, addr: \"{}\" }}, {{ name: f, addr: \"{}\" }}]\n",
         stable.addr, flappy.addr
-    ));
+    ))
+    .await;
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     let addr = proxy.addr("p");
@@ -669,13 +667,8 @@ fn reload_yaml(i: usize, listen: &str, a: SocketAddr, b: SocketAddr, c: SocketAd
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_reloads_under_load_lose_no_byte_and_close_no_connection() {
     let (a, b, c) = (Node::echo().await, Node::echo().await, Node::echo().await);
-    let proxy = Arc::new(Proxy::start(&reload_yaml(
-        0,
-        "127.0.0.1:0",
-        a.addr,
-        b.addr,
-        c.addr,
-    )));
+    let proxy =
+        Arc::new(Proxy::start(&reload_yaml(0, "127.0.0.1:0", a.addr, b.addr, c.addr)).await);
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     let addr = proxy.addr("p");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -747,7 +740,8 @@ async fn fifty_reloads_under_load_lose_no_byte_and_close_no_connection() {
             let started = Instant::now();
             let listen = addr.to_string();
             for i in 1..=50 {
-                let outcome = proxy.reload(&reload_yaml(i, &listen, a.addr, b.addr, c.addr));
+                let outcome =
+                    proxy.reload_blocking(&reload_yaml(i, &listen, a.addr, b.addr, c.addr));
                 assert_eq!(outcome["message"], "reloaded", "reload {i}: {outcome}");
                 std::thread::sleep(Duration::from_millis(50));
             }

@@ -3,15 +3,13 @@
 //! drained. Skips when litecoind is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::support::litecoind::{self, Litecoind};
+use crate::support::proxy::Proxy;
 use serde_json::Value;
-use support::litecoind::{self, Litecoind};
-use support::proxy::Proxy;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);
@@ -62,9 +60,9 @@ fn p2p_probe_reads_true_heights_and_drains_a_node_that_falls_behind() {
     // Different heights within max_lag_blocks: both healthy.
     a.mine(4);
     b.mine(6);
-    let proxy = Proxy::start(&pool(a.p2p_addr(), b.p2p_addr()));
+    let proxy = Proxy::start_blocking(&pool(a.p2p_addr(), b.p2p_addr()));
     for (name, node) in [("a", &a), ("b", &b)] {
-        let probe = proxy.wait_event(about("probe", name), T);
+        let probe = proxy.wait_event_blocking(about("probe", name), T);
         assert_eq!(probe["outcome"], "healthy", "{probe}");
         assert_eq!(probe["height"], node.height(), "{name}: {probe}");
     }
@@ -72,17 +70,17 @@ fn p2p_probe_reads_true_heights_and_drains_a_node_that_falls_behind() {
     let (mut on_a, seen_a) = peer(proxy.addr("ltc"));
     let (_on_b, seen_b) = peer(proxy.addr("ltc"));
     assert_eq!((seen_a, seen_b), (4, 6));
-    let conn_a = proxy.wait_event(about("connected", "a"), T)["conn"].clone();
+    let conn_a = proxy.wait_event_blocking(about("connected", "a"), T)["conn"].clone();
 
     // B moves on by 10 blocks, A does not.
     b.mine(10);
-    let lag = proxy.wait_event(|e| about("probe", "a")(e) && e["outcome"] == "lagging", T);
+    let lag = proxy.wait_event_blocking(|e| about("probe", "a")(e) && e["outcome"] == "lagging", T);
     assert_eq!(lag["height"], a.height());
     assert_eq!(b.height(), 16);
-    let q = proxy.wait_event(about("quarantined", "a"), T);
+    let q = proxy.wait_event_blocking(about("quarantined", "a"), T);
     assert_eq!(q["reason"], "lagging");
-    proxy.wait_event(about("drained", "a"), T);
-    let closed = proxy.wait_event(|e| about("closed", "a")(e) && e["conn"] == conn_a, T);
+    proxy.wait_event_blocking(about("drained", "a"), T);
+    let closed = proxy.wait_event_blocking(|e| about("closed", "a")(e) && e["conn"] == conn_a, T);
     assert_eq!(closed["reason"], "drained");
     wait_closed(&mut on_a);
     // Its redial lands on B, at B's new height.

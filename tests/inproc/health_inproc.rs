@@ -4,28 +4,15 @@
 //!
 //! Backends are simulated Litecoin P2P nodes probed with `bitcoin-p2p`.
 
-mod support;
-
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use pin_proxy::Server;
-use pin_proxy::config::Config;
+use crate::support::inproc::{Running, T};
+use crate::support::{wait_until, within};
 use pin_proxy::health::ProbeOutcome;
-use pin_proxy::registry::Pool;
 use pin_proxy::simnode::SimNode;
-use pin_proxy::status::BackendStatus;
-use support::{wait_until, within};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// Bound on every wait.
-const T: Duration = Duration::from_secs(20);
 
 const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
 
@@ -53,108 +40,6 @@ fn yaml(nodes: &[&SimNode], interval: &str, timeout: &str) -> String {
     )
 }
 
-/// A server running in this runtime; stopped on drop.
-struct Running {
-    pool: Arc<Pool>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    fn start(yaml: &str) -> Running {
-        let config = Config::parse(yaml, Path::new("test.yaml")).unwrap();
-        let server = Server::bind(config).unwrap();
-        let pool = server.pools().remove(0);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server.run(async {
-            // A dropped sender stops the server as well.
-            let _ = stopped.await;
-        }));
-        Running {
-            pool,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.pool.listen()[0]
-    }
-
-    fn backend(&self, name: &str) -> BackendStatus {
-        self.pool
-            .status()
-            .backends
-            .into_iter()
-            .find(|b| b.name == name)
-            .unwrap()
-    }
-
-    fn state(&self, name: &str) -> String {
-        self.backend(name).state
-    }
-
-    /// Probe results of `outcome` applied to backend `name` so far.
-    fn probes(&self, name: &str, outcome: ProbeOutcome) -> u64 {
-        let backends = self.pool.backends();
-        let b = backends.iter().find(|b| b.config.name == name).unwrap();
-        b.stats.probes[outcome.index()].load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    async fn wait_state(&self, name: &str, state: &str) {
-        let what = format!("{name} {state}");
-        wait_until(&what, T, || self.state(name) == state).await;
-    }
-
-    async fn wait_connections(&self, per_backend: &[(&str, usize)]) {
-        let what = format!("connections {per_backend:?}");
-        wait_until(&what, T, || {
-            per_backend
-                .iter()
-                .all(|(name, n)| self.backend(name).connections == *n)
-        })
-        .await;
-    }
-
-    /// A client through the proxy, once its backend leg is up. Placed is
-    /// not enough: a client still connecting is not drained, and if its
-    /// backend is taken out meanwhile it goes to another one.
-    async fn client(&self) -> TcpStream {
-        let before = self.spliced();
-        let stream = TcpStream::connect(self.addr()).await.unwrap();
-        wait_until("client spliced", T, || self.spliced() > before).await;
-        stream
-    }
-
-    /// Client connections spliced to a backend and not closing.
-    fn spliced(&self) -> usize {
-        self.pool
-            .backends()
-            .iter()
-            .map(|b| b.conns.values().filter(|e| e.closer.is_movable()).count())
-            .sum()
-    }
-
-    /// Whether every connection on backend `name` is still open (not asked
-    /// to close); read under the pool lock, so it reflects every drain
-    /// decision taken before the call.
-    fn none_closing(&self, name: &str) -> bool {
-        let backends = self.pool.backends();
-        let b = backends.iter().find(|b| b.config.name == name).unwrap();
-        b.conns.values().all(|e| !e.closer.is_closing())
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            // The server may have stopped already; nothing else to do.
-            let _ = stop.send(());
-        }
-        self.task.abort();
-    }
-}
-
 /// Wait until the proxy closes `stream`.
 async fn closed(stream: &mut TcpStream) {
     let mut buf = [0u8; 1024];
@@ -176,7 +61,7 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
 
     let started = Instant::now();
-    proxy.pool.quarantine("a", WINDOW).unwrap();
+    proxy.pool().quarantine("a", WINDOW).unwrap();
     let passed_before = proxy.probes("a", ProbeOutcome::Healthy);
     let q = proxy.backend("a").quarantine.expect("quarantined");
     assert_eq!(
@@ -188,22 +73,49 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
     let _next = proxy.client().await;
     proxy.wait_connections(&[("a", 0), ("b", 2)]).await;
 
-    proxy.wait_state("a", "healthy").await;
-    let lasted = started.elapsed();
-    let passed = proxy.probes("a", ProbeOutcome::Healthy) - passed_before;
+    // Watch A until it returns. Real sockets, so real time: the window is
+    // checked by what must hold whatever the scheduling, never by how soon
+    // A came back (that bound is only the wait's own, `T`).
+    let window_end = started + WINDOW;
+    let mut in_window = None;
+    let back = within("a back after its window", T, async {
+        loop {
+            let seen = proxy.backend("a");
+            let passed = proxy.probes("a", ProbeOutcome::Healthy) - passed_before;
+            let at = Instant::now();
+            if at < window_end {
+                // Read before the window could have ended.
+                assert_eq!(seen.state, "quarantined", "returned inside its window");
+                in_window = Some(passed);
+            } else if seen.state == "healthy" {
+                return (seen, started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (returned, lasted) = back;
     assert!(
         lasted >= WINDOW,
         "window of {WINDOW:?} ended after {lasted:?}"
     );
-    assert!(
-        lasted < WINDOW + Duration::from_secs(3),
-        "returned only after {lasted:?}"
-    );
+    let passed = in_window.expect("a seen inside its window");
     assert!(
         passed >= 5,
-        "only {passed} probes passed: the window was not tested against them"
+        "only {passed} probes passed inside the window: it was not tested against them"
     );
-    assert_eq!(proxy.backend("a").quarantine, None);
+    // Window over, then a passing probe, then healthy: the probe that
+    // brought A back is not older than the window's end.
+    let probe = returned.last_probe.expect("a probed");
+    assert_eq!(probe.outcome, "healthy");
+    assert!(
+        probe.at >= q.until,
+        "returned on a probe at {} for a window until {}",
+        probe.at,
+        q.until
+    );
+    assert_eq!(returned.quarantine, None);
+    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,24 +124,24 @@ async fn release_ends_the_window_but_waits_for_a_passing_probe() {
     let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
     proxy.wait_state("a", "healthy").await;
     proxy.wait_state("b", "healthy").await;
-    assert_eq!(proxy.pool.release("b"), Ok(false), "b is not quarantined");
+    assert_eq!(proxy.pool().release("b"), Ok(false), "b is not quarantined");
     assert_eq!(proxy.state("b"), "healthy");
-    assert!(proxy.pool.release("nope").is_err());
+    assert!(proxy.pool().release("nope").is_err());
     assert!(
         proxy
-            .pool
+            .pool()
             .quarantine("nope", Duration::from_secs(1))
             .is_err()
     );
 
     proxy
-        .pool
+        .pool()
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
     // Reached but not answering: the probes after the release say unknown.
     a.set_silent(true);
     let unknown = proxy.probes("a", ProbeOutcome::Unknown);
-    assert_eq!(proxy.pool.release("a"), Ok(true));
+    assert_eq!(proxy.pool().release("a"), Ok(true));
     wait_until("two unknown probes after the release", T, || {
         proxy.probes("a", ProbeOutcome::Unknown) >= unknown + 2
     })
@@ -243,6 +155,7 @@ async fn release_ends_the_window_but_waits_for_a_passing_probe() {
     a.set_silent(false);
     proxy.wait_state("a", "healthy").await;
     assert_eq!(proxy.backend("a").quarantine, None);
+    proxy.stop().await;
 }
 
 /// A probe that started before a manual quarantine reports after it: its
@@ -258,7 +171,7 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
     let dialled = a.accepted();
     wait_until("next probe in flight", T, || a.accepted() > dialled).await;
     proxy
-        .pool
+        .pool()
         .quarantine("a", Duration::from_millis(50))
         .unwrap();
     wait_until("probe gave up", T, || a.live() == 0).await;
@@ -274,6 +187,7 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
     })
     .await;
     assert_eq!(proxy.probes("a", ProbeOutcome::Unknown), 0);
+    proxy.stop().await;
 }
 
 /// One client on each of `a` and `b`, then both quarantined by hand, B
@@ -285,12 +199,12 @@ async fn both_out_last_leg_on_a(proxy: &Running) -> TcpStream {
     let mut on_b = proxy.client().await;
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
     proxy
-        .pool
+        .pool()
         .quarantine("b", Duration::from_secs(3600))
         .unwrap();
     closed(&mut on_b).await;
     proxy
-        .pool
+        .pool()
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
     first
@@ -309,12 +223,13 @@ async fn last_leg_is_kept_until_a_peer_is_usable_again() {
     assert!(proxy.none_closing("a"), "the last leg was drained");
 
     // B comes back (after a passed probe): A's clients are drained at once.
-    proxy.pool.release("b").unwrap();
+    proxy.pool().release("b").unwrap();
     proxy.wait_state("b", "healthy").await;
     closed(&mut first).await;
     closed(&mut second).await;
     proxy.wait_connections(&[("a", 0)]).await;
     assert_eq!(proxy.state("a"), "quarantined");
+    proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,30 +239,15 @@ async fn a_node_behind_two_pools_is_probed_once_per_interval() {
     let two = one
         .replacen("pools:\n", "", 1)
         .replace("name: p\n", "name: q\n");
-    let config = Config::parse(&format!("{one}{two}"), Path::new("test.yaml")).unwrap();
-    let server = Server::bind(config).unwrap();
-    let pools = server.pools();
-    let (_stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(server.run(async {
-        let _ = stopped.await;
-    }));
-    let applied = |p: &Pool| {
-        let backends = p.backends();
-        backends[0]
-            .stats
-            .probes
-            .iter()
-            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-            .sum::<u64>()
-    };
+    let proxy = Running::start(&format!("{one}{two}"));
     // Both pools receive every result of the one shared probe task.
     wait_until("five probes applied to each pool", T, || {
-        pools.iter().all(|p| applied(p) >= 5)
+        (0..2).all(|i| proxy.probes_applied(i) >= 5)
     })
     .await;
     let (p, q, connects) = (
-        applied(&pools[0]),
-        applied(&pools[1]),
+        proxy.probes_applied(0),
+        proxy.probes_applied(1),
         node.accepted() as u64,
     );
     assert!(p.abs_diff(q) <= 1, "pools saw {p} and {q} results");
@@ -355,7 +255,7 @@ async fn a_node_behind_two_pools_is_probed_once_per_interval() {
         connects <= p.max(q) + 1,
         "{connects} probe connections for {p} results per pool: probed once per pool, not once per interval"
     );
-    task.abort();
+    proxy.stop().await;
 }
 
 /// Two backends out, the last leg kept on A; both released at once. B's
@@ -370,8 +270,8 @@ async fn backends_released_together_keep_the_last_leg() {
 
     // A's probes cannot pass yet, so B is surely back first.
     a.set_silent(true);
-    assert_eq!(proxy.pool.release("b"), Ok(true));
-    assert_eq!(proxy.pool.release("a"), Ok(true));
+    assert_eq!(proxy.pool().release("b"), Ok(true));
+    assert_eq!(proxy.pool().release("a"), Ok(true));
     proxy.wait_state("b", "healthy").await;
     let unknown = proxy.probes("a", ProbeOutcome::Unknown);
     wait_until("a probed after b's return", T, || {
@@ -388,4 +288,5 @@ async fn backends_released_together_keep_the_last_leg() {
     proxy.wait_state("a", "healthy").await;
     assert!(proxy.none_closing("a"), "A's kept clients were drained");
     proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
+    proxy.stop().await;
 }

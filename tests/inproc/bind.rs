@@ -2,29 +2,27 @@
 //! worker); a second instance on the same address must still fail to start
 //! rather than join the group and take half the clients.
 
-use pin_proxy::Server;
-use pin_proxy::config::Config;
+use crate::support::inproc::Running;
 
-fn config(listen: &str) -> Config {
-    let yaml = format!(
+fn yaml(listen: &str) -> String {
+    format!(
         "pools:\n  - name: p\n    listen: {listen}\n    health: {{ interval: 1h }}\n    backends: [\"127.0.0.1:9\"]\n"
-    );
-    Config::parse(&yaml, "inline.yaml".as_ref()).unwrap()
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_instance_on_a_taken_address_fails_to_bind() {
-    let first = Server::bind(config("127.0.0.1:0")).unwrap();
-    let taken = first.local_addrs()[0].1;
-    let err = match Server::bind(config(&taken.to_string())) {
+    let first = Running::start(&yaml("127.0.0.1:0"));
+    let taken = first.addr();
+    let err = match Running::try_start(&yaml(&taken.to_string())) {
         Ok(_) => panic!("a second server bound {taken}, which the first one holds"),
         Err(e) => format!("{e:#}"),
     };
     assert!(err.contains(&format!("bind {taken}")), "{err}");
     assert!(err.contains("in use"), "{err}");
     // Once the first one is gone, the address is free again.
-    drop(first);
-    Server::bind(config(&taken.to_string())).unwrap();
+    first.stop().await;
+    Running::start(&yaml(&taken.to_string())).stop().await;
 }
 
 /// A taken listen address is not something a restart fixes: the binary

@@ -1,15 +1,13 @@
 //! Selection and admission: least-used order, fail-over within one client
 //! connection, all-down, allow-list, max_connections.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::nodes::{BlackHole, Node, refused_addr};
+use crate::support::proxy::Proxy;
+use crate::support::{wait_until, within};
 use serde_json::Value;
-use support::nodes::{BlackHole, Node, refused_addr};
-use support::proxy::Proxy;
-use support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -53,14 +51,16 @@ fn by_conn<'a>(events: &'a [Value], conn: &Value) -> impl Iterator<Item = &'a Va
 async fn seven_clients_spread_three_two_two_with_ties_in_config_order() {
     let nodes = [Node::hold().await, Node::hold().await, Node::hold().await];
     let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
-    let proxy = Proxy::start(&pool(&addrs, ""));
+    let proxy = Proxy::start(&pool(&addrs, "")).await;
     // Let the start-up probes come and go so the nodes count only clients.
-    proxy.wait_count(|e| e["message"] == "probe", 3, T);
+    proxy.wait_count(|e| e["message"] == "probe", 3, T).await;
     // All seven at once: reservation happens at selection, so concurrent
     // clients cannot pile onto the same backend.
     let clients: Vec<TcpStream> =
         futures_join_all((0..7).map(|_| TcpStream::connect(proxy.addr("p")))).await;
-    proxy.wait_count(|e| e["message"] == "connected", 7, T);
+    proxy
+        .wait_count(|e| e["message"] == "connected", 7, T)
+        .await;
     wait_until("7 live at the nodes", T, || {
         nodes.iter().map(Node::live).sum::<usize>() == 7
     })
@@ -92,11 +92,13 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusing_backend_is_skipped_within_the_same_client_connection() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&pool(&[refused_addr(), node.addr], ""));
+    let proxy = Proxy::start(&pool(&[refused_addr(), node.addr], "")).await;
     echo_roundtrip(proxy.addr("p")).await;
-    let failed = proxy.wait_event(|e| e["message"] == "connect_failed", T);
+    let failed = proxy
+        .wait_event(|e| e["message"] == "connect_failed", T)
+        .await;
     assert_eq!(failed["reason"], "refused");
-    let connected = proxy.wait_event(|e| e["message"] == "connected", T);
+    let connected = proxy.wait_event(|e| e["message"] == "connected", T).await;
     assert_eq!(
         failed["conn"], connected["conn"],
         "fail-over stayed in one client connection"
@@ -111,11 +113,14 @@ async fn silent_backend_is_skipped_after_connect_timeout() {
     let proxy = Proxy::start(&pool(
         &[hole.addr, node.addr],
         "    connect_timeout: 300ms\n",
-    ));
+    ))
+    .await;
     let started = std::time::Instant::now();
     echo_roundtrip(proxy.addr("p")).await;
     let waited = started.elapsed();
-    let failed = proxy.wait_event(|e| e["message"] == "connect_failed", T);
+    let failed = proxy
+        .wait_event(|e| e["message"] == "connect_failed", T)
+        .await;
     assert_eq!(failed["reason"], "timeout");
     assert_eq!(failed["backend"], hole.addr.to_string());
     assert!(
@@ -127,10 +132,10 @@ async fn silent_backend_is_skipped_after_connect_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_backends_down_closes_the_client_and_logs_each_failure() {
     let (a, b) = (refused_addr(), refused_addr());
-    let proxy = Proxy::start(&pool(&[a, b], ""));
+    let proxy = Proxy::start(&pool(&[a, b], "")).await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     assert!(read_until_closed(&mut c).await.is_empty());
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["reason"], "no_backend");
     let events = proxy.events();
     let failed: Vec<&Value> = by_conn(&events, &closed["conn"])
@@ -145,7 +150,9 @@ async fn all_backends_down_closes_the_client_and_logs_each_failure() {
     // (fail open) rather than refused outright.
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     assert!(read_until_closed(&mut c).await.is_empty());
-    proxy.wait_count(|e| e["message"] == "connect_failed", 4, T);
+    proxy
+        .wait_count(|e| e["message"] == "connect_failed", 4, T)
+        .await;
 }
 
 async fn connect_from(local: &str, to: SocketAddr) -> TcpStream {
@@ -163,14 +170,14 @@ async fn allow_list_refuses_others_and_serves_the_next_allowed_client() {
         while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
     })
     .await;
-    let proxy = Proxy::start(&pool(&[node.addr], "    allow: [127.0.0.2/32]\n"));
+    let proxy = Proxy::start(&pool(&[node.addr], "    allow: [127.0.0.2/32]\n")).await;
     let addr = proxy.addr("p");
     let mut refused = connect_from("127.0.0.1", addr).await;
     assert!(
         read_until_closed(&mut refused).await.is_empty(),
         "refused client got bytes"
     );
-    let rejected = proxy.wait_event(|e| e["message"] == "rejected", T);
+    let rejected = proxy.wait_event(|e| e["message"] == "rejected", T).await;
     assert_eq!(rejected["reason"], "allow_list");
     assert!(
         rejected["client"]
@@ -195,16 +202,18 @@ async fn allow_list_refuses_others_and_serves_the_next_allowed_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_refuses_the_excess_and_admits_again_after_a_close() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&pool(&[node.addr], "    max_connections: 2\n"));
+    let proxy = Proxy::start(&pool(&[node.addr], "    max_connections: 2\n")).await;
     let addr = proxy.addr("p");
     let first = TcpStream::connect(addr).await.unwrap();
     let _second = TcpStream::connect(addr).await.unwrap();
-    proxy.wait_count(|e| e["message"] == "connected", 2, T);
+    proxy
+        .wait_count(|e| e["message"] == "connected", 2, T)
+        .await;
     let mut third = TcpStream::connect(addr).await.unwrap();
     assert!(read_until_closed(&mut third).await.is_empty());
-    let rejected = proxy.wait_event(|e| e["message"] == "rejected", T);
+    let rejected = proxy.wait_event(|e| e["message"] == "rejected", T).await;
     assert_eq!(rejected["reason"], "max_connections");
     drop(first);
-    proxy.wait_event(|e| e["message"] == "closed", T);
+    proxy.wait_event(|e| e["message"] == "closed", T).await;
     echo_roundtrip(addr).await;
 }

@@ -5,14 +5,12 @@
 //! that serves them. Skips when litecoind is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::litecoind::{Litecoind, peer, try_peer};
+use crate::support::proxy::Proxy;
 use serde_json::Value;
-use support::litecoind::{Litecoind, peer, try_peer};
-use support::proxy::Proxy;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);
@@ -45,13 +43,13 @@ fn nodes() -> Option<(Litecoind, Litecoind)> {
 /// after `fall` probes, and every new client lands on B.
 fn refused_node_is_found_by_its_probes(refuse: &[&str]) {
     let Some((a, b)) = nodes() else { return };
-    let proxy = Proxy::start(&pool(a.p2p_addr(), b.p2p_addr(), "200ms"));
+    let proxy = Proxy::start_blocking(&pool(a.p2p_addr(), b.p2p_addr(), "200ms"));
     for name in ["a", "b"] {
-        let probe = proxy.wait_event(about("probe", name), T);
+        let probe = proxy.wait_event_blocking(about("probe", name), T);
         assert_eq!(probe["outcome"], "healthy", "{probe}");
     }
     a.call(refuse);
-    let down = proxy.wait_event(|e| about("probe", "a")(e) && e["outcome"] == "down", T);
+    let down = proxy.wait_event_blocking(|e| about("probe", "a")(e) && e["outcome"] == "down", T);
     let detail = down["detail"].as_str().unwrap_or_default();
     assert!(
         ["closed before version", "read: ", "send version: "]
@@ -59,19 +57,28 @@ fn refused_node_is_found_by_its_probes(refuse: &[&str]) {
             .any(|d| detail.starts_with(d)),
         "{down}"
     );
-    let q = proxy.wait_event(about("quarantined", "a"), T);
+    let q = proxy.wait_event_blocking(about("quarantined", "a"), T);
     assert_eq!(q["reason"], "down");
     every_new_client_lands_on_b(&proxy, &b, 4);
 }
 
 /// `n` new clients complete their handshakes, all with B.
 fn every_new_client_lands_on_b(proxy: &Proxy, b: &Litecoind, n: usize) {
-    let on_a = proxy.wait_count(about("connected", "a"), 0, T).len();
-    let on_b = proxy.wait_count(about("connected", "b"), 0, T).len();
+    let on_a = proxy
+        .wait_count_blocking(about("connected", "a"), 0, T)
+        .len();
+    let on_b = proxy
+        .wait_count_blocking(about("connected", "b"), 0, T)
+        .len();
     let clients: Vec<_> = (0..n).map(|_| peer(proxy.addr("ltc"), T)).collect();
     assert!(clients.iter().all(|(_, height)| *height == b.height()));
-    proxy.wait_count(about("connected", "b"), on_b + n, T);
-    assert_eq!(proxy.wait_count(about("connected", "a"), 0, T).len(), on_a);
+    proxy.wait_count_blocking(about("connected", "b"), on_b + n, T);
+    assert_eq!(
+        proxy
+            .wait_count_blocking(about("connected", "a"), 0, T)
+            .len(),
+        on_a
+    );
 }
 
 #[test]
@@ -88,9 +95,9 @@ fn a_node_that_stopped_taking_peers_fails_its_probes() {
 /// alone take A out, after `quarantine.failures` of them, with a warning.
 fn refused_node_is_found_by_client_traffic(refuse: &[&str]) {
     let Some((a, b)) = nodes() else { return };
-    let proxy = Proxy::start(&pool(a.p2p_addr(), b.p2p_addr(), "1h"));
+    let proxy = Proxy::start_blocking(&pool(a.p2p_addr(), b.p2p_addr(), "1h"));
     for name in ["a", "b"] {
-        proxy.wait_event(about("probe", name), T);
+        proxy.wait_event_blocking(about("probe", name), T);
     }
     // One client on each node; then A refuses us.
     let _on_a = peer(proxy.addr("ltc"), T);
@@ -104,9 +111,9 @@ fn refused_node_is_found_by_client_traffic(refuse: &[&str]) {
             redial.is_err(),
             "redial {i} completed a handshake while A refuses"
         );
-        proxy.wait_count(|e| e["message"] == "closed_at_once", i, T);
+        proxy.wait_count_blocking(|e| e["message"] == "closed_at_once", i, T);
     }
-    let q = proxy.wait_event(about("quarantined", "a"), T);
+    let q = proxy.wait_event_blocking(about("quarantined", "a"), T);
     assert_eq!(q["reason"], "connect_failures", "quarantine.failures is 3");
     let warnings = proxy.named("closed_at_once");
     assert_eq!(warnings.len(), 3);

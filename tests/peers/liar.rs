@@ -12,24 +12,22 @@
 //! verdict would have acted by then) instead of sleeping. Litecoin Core
 //! tests skip when litecoind is absent (unless `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::Path;
 
+use crate::support::blockbook::RestTwin;
+use crate::support::liar::{
+    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
+    headers_with_bad_work, live_on, probed, status_of, wait_healthy_probes, wait_live, with_url,
+};
+use crate::support::litecoind::Litecoind;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
 use pin_proxy::config::Config;
 use pin_proxy::probe::{Report, Verdict};
 use pin_proxy::registry::Pool;
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
-use support::blockbook::RestTwin;
-use support::liar::{
-    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
-    headers_with_bad_work, live_on, probed, status_of, wait_healthy_probes, wait_live, with_url,
-};
-use support::litecoind::Litecoind;
-use support::nodes::Node;
-use support::proxy::Proxy;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -55,7 +53,7 @@ async fn liar(claim: u64, headers_to: u64) -> SimNode {
 }
 
 fn start(probe: &str, backends: &[String]) -> Proxy {
-    Proxy::start(&config("127.0.0.1:0", "127.0.0.1:0", probe, backends))
+    Proxy::start_blocking(&config("127.0.0.1:0", "127.0.0.1:0", probe, backends))
 }
 
 /// Wait until `liar`'s probe is `unknown`, or one of `honest` was acted on
@@ -65,7 +63,8 @@ fn start(probe: &str, backends: &[String]) -> Proxy {
 /// the last test.)
 fn judged_unproven(proxy: &Proxy, liar: &str, honest: &[&str]) -> Value {
     let unknown = probed(liar, "unknown");
-    let event = proxy.wait_event(|e| unknown(e) || honest.iter().any(|h| acted_on(e, h)), T);
+    let event =
+        proxy.wait_event_blocking(|e| unknown(e) || honest.iter().any(|h| acted_on(e, h)), T);
     assert!(unknown(&event), "an honest backend was acted on: {event}");
     let detail = event["detail"].as_str().unwrap();
     assert!(
@@ -124,7 +123,7 @@ async fn liar_beside_two_real_litecoin_nodes_drains_nobody() {
     );
     let admin = admin_addr(&proxy);
     for h in ["a", "b"] {
-        let first = proxy.wait_event(about("probe", h), T);
+        let first = proxy.wait_event(about("probe", h), T).await;
         let got = (&first["outcome"], &first["height"]);
         assert_eq!(got, (&"healthy".into(), &20.into()), "{first}");
     }
@@ -206,7 +205,7 @@ async fn negative_start_height_is_unknown_and_makes_nobody_lag() {
         ],
     );
     let admin = admin_addr(&proxy);
-    let unknown = proxy.wait_event(probed("neg", "unknown"), T);
+    let unknown = proxy.wait_event(probed("neg", "unknown"), T).await;
     assert_eq!(unknown["detail"], "negative start height -5", "{unknown}");
     assert!(unknown["height"].is_null(), "{unknown}");
     wait_healthy_probes(admin, &["a", "b"], MORE_PROBES).await;
@@ -221,7 +220,7 @@ async fn liar_added_by_reload_drains_nobody() {
     let proxy = start("bitcoin-p2p", &honest);
     let admin = admin_addr(&proxy);
     for h in ["a", "b"] {
-        proxy.wait_event(probed(h, "healthy"), T);
+        proxy.wait_event(probed(h, "healthy"), T).await;
     }
     let _clients = Clients::spawn(&proxy, 4).await;
     wait_live(&proxy, &[("a", 2), ("b", 2)]).await;
@@ -229,7 +228,9 @@ async fn liar_added_by_reload_drains_nobody() {
     let mut backends = honest.to_vec();
     backends.push(backend("liar", liar.addr()));
     let (listen, admin_at) = (proxy.addr("p").to_string(), admin.to_string());
-    let outcome = proxy.reload(&config(&listen, &admin_at, "bitcoin-p2p", &backends));
+    let outcome = proxy
+        .reload(&config(&listen, &admin_at, "bitcoin-p2p", &backends))
+        .await;
     assert_eq!(outcome["message"], "reloaded", "{outcome}");
     judged_unproven(&proxy, "liar", &["a", "b"]);
     wait_healthy_probes(admin, &["a", "b"], MORE_PROBES).await;
@@ -255,26 +256,26 @@ async fn node_left_behind_by_two_that_agree_is_lagging_and_drained() {
         ],
     );
     for h in ["a", "b", "c"] {
-        proxy.wait_event(probed(h, "healthy"), T);
+        proxy.wait_event(probed(h, "healthy"), T).await;
     }
     let _clients = Clients::spawn(&proxy, 3).await;
     wait_live(&proxy, &[("a", 1), ("b", 1), ("c", 1)]).await;
 
     a.set_height(110);
     b.set_height(111);
-    let lag = proxy.wait_event(probed("c", "lagging"), T);
+    let lag = proxy.wait_event(probed("c", "lagging"), T).await;
     assert_eq!(lag["height"], 100);
     assert_eq!(
-        proxy.wait_event(about("quarantined", "c"), T)["reason"],
+        proxy.wait_event(about("quarantined", "c"), T).await["reason"],
         "lagging"
     );
-    let drained = proxy.wait_event(about("drained", "c"), T);
+    let drained = proxy.wait_event(about("drained", "c"), T).await;
     assert_eq!(
         (&drained["reason"], &drained["connections"]),
         (&"lagging".into(), &1.into())
     );
     // Its client redials onto the two usable nodes.
-    support::wait_until("c's client on a or b", T, || {
+    crate::support::wait_until("c's client on a or b", T, || {
         let events = proxy.events();
         let live = |h| live_on(&events, h).len();
         live("c") == 0 && live("a") + live("b") == 3
@@ -298,13 +299,16 @@ async fn node_behind_one_that_proves_its_height_is_lagging() {
         &[backend("a", a.addr()), backend("b", b.addr())],
     );
     for h in ["a", "b"] {
-        proxy.wait_event(probed(h, "healthy"), T);
+        proxy.wait_event(probed(h, "healthy"), T).await;
     }
     let _clients = Clients::spawn(&proxy, 2).await;
     wait_live(&proxy, &[("a", 1), ("b", 1)]).await;
     b.set_height(110);
-    assert_eq!(proxy.wait_event(probed("a", "lagging"), T)["height"], 100);
-    proxy.wait_event(about("drained", "a"), T);
+    assert_eq!(
+        proxy.wait_event(probed("a", "lagging"), T).await["height"],
+        100
+    );
+    proxy.wait_event(about("drained", "a"), T).await;
     wait_live(&proxy, &[("a", 0), ("b", 2)]).await;
     assert!(
         proxy
@@ -331,12 +335,15 @@ async fn real_node_behind_one_that_proves_its_height_is_lagging() {
         &[backend("a", a.p2p_addr()), backend("b", b.p2p_addr())],
     );
     for h in ["a", "b"] {
-        proxy.wait_event(probed(h, "healthy"), T);
+        proxy.wait_event(probed(h, "healthy"), T).await;
     }
     b.mine(10);
-    assert_eq!(proxy.wait_event(probed("a", "lagging"), T)["height"], 20);
     assert_eq!(
-        proxy.wait_event(about("quarantined", "a"), T)["reason"],
+        proxy.wait_event(probed("a", "lagging"), T).await["height"],
+        20
+    );
+    assert_eq!(
+        proxy.wait_event(about("quarantined", "a"), T).await["reason"],
         "lagging"
     );
     assert!(

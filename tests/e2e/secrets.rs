@@ -1,15 +1,12 @@
 //! No secret from a `probe_url` (userinfo, query) reaches a log line, an
 //! error, `/status`, `/metrics` or `check`'s output.
 
-#[path = "admin/http.rs"]
-#[allow(dead_code)] // shared with tests/admin.rs, which uses all of it
-mod http;
-mod support;
+use crate::admin::http;
 
 use std::time::Duration;
 
-use support::nodes::{Node, refused_addr};
-use support::proxy::{Proxy, binary};
+use crate::support::nodes::{Node, refused_addr};
+use crate::support::proxy::{Proxy, binary};
 
 const T: Duration = Duration::from_secs(10);
 const SECRETS: [&str; 3] = ["s3cretpw", "t0kenvalue", "hunter2user"];
@@ -33,9 +30,9 @@ async fn probe_url_secrets_stay_out_of_logs_status_metrics_and_check() {
          backends: [{{ name: bb, addr: \"{}\", probe_url: \"{url}\" }}]\n",
         node.addr
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     // The REST twin refuses: the probe says unknown with a detail.
-    let probe = proxy.wait_event(|e| e["message"] == "probe", T);
+    let probe = proxy.wait_event(|e| e["message"] == "probe", T).await;
     assert_eq!(probe["outcome"], "unknown", "{probe}");
     let admin = http::admin_addr(&proxy);
     let status = http::request(admin, "GET", "/status").await;
@@ -47,7 +44,7 @@ async fn probe_url_secrets_stay_out_of_logs_status_metrics_and_check() {
     assert_clean("/metrics", &metrics.body);
     // A reload that fails on this file's secret-bearing key names it masked.
     let bad = yaml.replace("probe_url: \"http://", "probe_url: \"ftp://");
-    let failed = proxy.reload(&bad);
+    let failed = proxy.reload(&bad).await;
     assert_eq!(failed["message"], "reload_failed");
     let log: Vec<String> = proxy.events().iter().map(|e| e.to_string()).collect();
     assert_clean("the log", &log.join("\n"));

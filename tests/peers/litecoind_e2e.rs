@@ -2,12 +2,10 @@
 //! from another through pin-proxy. Skips when litecoind is not installed
 //! (unless `PIN_PROXY_REQUIRE_PEERS=1`).
 
-mod support;
-
 use std::time::Duration;
 
-use support::litecoind::Litecoind;
-use support::proxy::Proxy;
+use crate::support::litecoind::Litecoind;
+use crate::support::proxy::Proxy;
 
 /// Blocks mined before syncing: a few hundred, below MWEB activation (432).
 const BLOCKS: u64 = 200;
@@ -26,12 +24,12 @@ fn litecoin_node_syncs_through_proxy() {
         "pools:\n  - name: ltc\n    listen: 127.0.0.1:0\n    backends:\n      - {}\n",
         a.p2p_addr()
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start_blocking(&yaml);
     let Some(b) = Litecoind::start(Some(proxy.addr("ltc"))) else {
         return;
     };
 
-    proxy.wait_event(
+    proxy.wait_event_blocking(
         |ev| ev["message"] == "connected" && ev["pool"] == "ltc",
         Duration::from_secs(10),
     );

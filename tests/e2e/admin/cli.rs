@@ -4,10 +4,10 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::http::{backend, request, status};
+use super::http::{backend, request, status};
+use super::{T, two_echo};
 use crate::support::proxy::binary;
 use crate::support::within;
-use crate::{T, two_echo};
 
 /// Run `pin-proxy args...`; (exit code, stdout, stderr).
 async fn cli(args: &[&str]) -> (Option<i32>, String, String) {

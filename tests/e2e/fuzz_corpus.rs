@@ -6,11 +6,11 @@ use std::fs;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-#[path = "../fuzz/harness/blockbook.rs"]
+#[path = "../../fuzz/harness/blockbook.rs"]
 mod blockbook;
-#[path = "../fuzz/harness/config.rs"]
+#[path = "../../fuzz/harness/config.rs"]
 mod config;
-#[path = "../fuzz/harness/wire.rs"]
+#[path = "../../fuzz/harness/wire.rs"]
 mod wire;
 
 /// The files directly in `fuzz/<kind>/<target>/`, sorted; none if it is absent.
@@ -78,7 +78,7 @@ fn blockbook_corpus() {
     check("blockbook", blockbook::run);
 }
 
-#[path = "../fuzz/harness/admin.rs"]
+#[path = "../../fuzz/harness/admin.rs"]
 mod admin;
 
 #[test]

@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::http::{backend, request, send, status};
+use super::http::{backend, request, send, status};
+use super::two_echo;
 use crate::support::within;
-use crate::two_echo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_pool_backend_or_path_is_404_with_a_json_error() {

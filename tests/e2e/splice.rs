@@ -1,13 +1,11 @@
 //! Splice exactness: big transfers both ways, many connections, half-close,
 //! resets, idle timeout. Real sockets through the real binary.
 
-mod support;
-
 use std::time::Duration;
 
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{hash_to_eof, pattern, send_all, sha256, within};
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{hash_to_eof, pattern, send_all, sha256, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -37,7 +35,7 @@ async fn sixty_four_mib_each_way_at_once_arrive_exactly() {
         }
     })
     .await;
-    let proxy = Proxy::start(&one_backend(node.addr, ""));
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
     let up = pattern(1, LEN);
     let mut client = TcpStream::connect(proxy.addr("p")).await.unwrap();
     let (mut r, mut w) = client.split();
@@ -53,7 +51,7 @@ async fn sixty_four_mib_each_way_at_once_arrive_exactly() {
     );
     let at_backend = within("backend hash", T, rx.recv()).await.unwrap();
     assert_eq!(at_backend, (sha256(&up), LEN as u64), "client → backend");
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["bytes_up"], LEN as u64);
     assert_eq!(closed["bytes_down"], LEN as u64);
 }
@@ -62,7 +60,7 @@ async fn sixty_four_mib_each_way_at_once_arrive_exactly() {
 async fn two_hundred_concurrent_connections_each_move_one_mib_exactly() {
     const LEN: usize = 1 << 20;
     let node = Node::echo().await;
-    let proxy = Proxy::start(&one_backend(node.addr, ""));
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
     let addr = proxy.addr("p");
     let tasks: Vec<_> = (0..200u64)
         .map(|i| {
@@ -82,7 +80,7 @@ async fn two_hundred_concurrent_connections_each_move_one_mib_exactly() {
         }
     })
     .await;
-    let closed = proxy.wait_count(|e| e["message"] == "closed", 200, T);
+    let closed = proxy.wait_count(|e| e["message"] == "closed", 200, T).await;
     assert!(
         closed
             .iter()
@@ -101,7 +99,7 @@ async fn client_half_close_leaves_the_reply_direction_open() {
         let _ = s.shutdown().await;
     })
     .await;
-    let proxy = Proxy::start(&one_backend(node.addr, ""));
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     c.write_all(b"question").await.unwrap();
     c.shutdown().await.unwrap();
@@ -110,7 +108,7 @@ async fn client_half_close_leaves_the_reply_direction_open() {
         .await
         .unwrap();
     assert_eq!(reply, b"reply to question");
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["reason"], "client_closed");
 }
 
@@ -131,7 +129,7 @@ async fn backend_half_close_leaves_the_request_direction_open() {
         }
     })
     .await;
-    let proxy = Proxy::start(&one_backend(node.addr, ""));
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     let mut banner = Vec::new();
     within("banner then EOF", T, c.read_to_end(&mut banner))
@@ -142,7 +140,7 @@ async fn backend_half_close_leaves_the_request_direction_open() {
     c.shutdown().await.unwrap();
     let got = within("late data at backend", T, rx.recv()).await.unwrap();
     assert_eq!(got, b"data after the backend's FIN");
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["reason"], "backend_closed");
 }
 
@@ -180,14 +178,14 @@ async fn backend_reset_mid_stream_closes_the_client() {
         drop(s);
     })
     .await;
-    let proxy = Proxy::start(&one_backend(node.addr, ""));
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     c.write_all(b"g").await.unwrap();
     assert!(
         ends(&mut c).await,
         "client was not closed after the backend reset"
     );
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["reason"], "backend_error", "{closed}");
 }
 
@@ -209,7 +207,7 @@ async fn client_reset_mid_stream_closes_the_backend() {
         }
     })
     .await;
-    let proxy = Proxy::start(&one_backend(node.addr, ""));
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
     let c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     let mut c = c;
     c.write_all(b"g").await.unwrap();
@@ -220,14 +218,14 @@ async fn client_reset_mid_stream_closes_the_backend() {
     within("backend closed after client reset", T, rx.recv())
         .await
         .unwrap();
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["reason"], "client_error", "{closed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_timeout_closes_a_silent_splice_but_not_a_busy_one() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&one_backend(node.addr, "    idle_timeout: 1s\n"));
+    let proxy = Proxy::start(&one_backend(node.addr, "    idle_timeout: 1s\n")).await;
     let mut busy = TcpStream::connect(proxy.addr("p")).await.unwrap();
     let mut quiet = TcpStream::connect(proxy.addr("p")).await.unwrap();
     // The busy one talks every 100 ms for 1.5 s, past the 1 s idle window.
@@ -238,7 +236,7 @@ async fn idle_timeout_closes_a_silent_splice_but_not_a_busy_one() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(ends(&mut quiet).await);
-    let closed = proxy.wait_event(|e| e["message"] == "closed", T);
+    let closed = proxy.wait_event(|e| e["message"] == "closed", T).await;
     assert_eq!(closed["reason"], "idle_timeout");
     busy.write_all(b"y").await.unwrap();
     let mut b = [0u8; 1];

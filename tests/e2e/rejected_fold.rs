@@ -2,13 +2,11 @@
 //! per second and pool and reason, then one summary line a second with the
 //! number left out, and every refusal accounted for.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::within;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::within;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
@@ -26,7 +24,8 @@ async fn a_flood_of_refused_clients_is_folded_into_counts() {
         "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    allow: [10.0.0.0/8]\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    ))
+    .await;
     let addr = proxy.addr("p");
     let started = Instant::now();
     let workers: Vec<_> = (0..PARALLEL)
@@ -64,7 +63,7 @@ async fn a_flood_of_refused_clients_is_folded_into_counts() {
             "{} shown + {counted} counted of {FLOOD}",
             shown.len()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let seconds = started.elapsed().as_secs() as usize + 2;
     assert!(

@@ -1,13 +1,11 @@
 //! Process life: graceful shutdown on SIGTERM/SIGINT, IPv4 and IPv6
 //! listeners, host-name backends, log formats and files.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::nodes::Node;
-use support::proxy::{Proxy, binary};
-use support::within;
+use crate::support::nodes::Node;
+use crate::support::proxy::{Proxy, binary};
+use crate::support::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -19,12 +17,14 @@ async fn shutdown_on(sig: &str) {
         "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"{}\"]\n",
         node.addr
     );
-    let mut proxy = Proxy::start(&yaml);
+    let mut proxy = Proxy::start(&yaml).await;
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
     }
-    proxy.wait_count(|e| e["message"] == "connected", 3, T);
+    proxy
+        .wait_count(|e| e["message"] == "connected", 3, T)
+        .await;
     let sent = Instant::now();
     proxy.signal(sig);
     for c in &mut clients {
@@ -34,12 +34,13 @@ async fn shutdown_on(sig: &str) {
     }
     let status = proxy
         .wait_exit(Duration::from_secs(5))
+        .await
         .expect("did not exit");
     let took = sent.elapsed();
     assert!(status.success(), "exit status {status}");
     assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
-    proxy.wait_event(|e| e["message"] == "shutdown", T);
-    let closed = proxy.wait_count(|e| e["message"] == "closed", 3, T);
+    proxy.wait_event(|e| e["message"] == "shutdown", T).await;
+    let closed = proxy.wait_count(|e| e["message"] == "closed", 3, T).await;
     assert!(closed.iter().all(|e| e["reason"] == "shutdown"));
     // No new connections after shutdown.
     assert!(TcpStream::connect(proxy.addr("p")).await.is_err());
@@ -66,7 +67,7 @@ async fn listens_on_ipv4_and_ipv6_and_resolves_backend_names() {
         "pools:\n  - name: p\n    listen: [\"127.0.0.1:0\", \"[::1]:0\"]\n    backends: [\"localhost:{}\"]\n",
         node.addr.port()
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     let addrs = proxy.addrs_of("p");
     assert_eq!(addrs.len(), 2);
     assert!(addrs.iter().any(|a| a.is_ipv6()));
@@ -101,7 +102,7 @@ async fn ipv6_addresses_with_a_zone_listen_and_connect() {
         "pools:\n  - name: p\n    listen: [\"[::1%lo]:0\", \"[::1%1]:0\"]\n    \
          backends: [\"[::1%lo]:{port}\"]\n"
     );
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     let addrs = proxy.addrs_of("p");
     assert_eq!(addrs.len(), 2);
     for addr in addrs {
@@ -155,7 +156,7 @@ async fn text_logs_go_to_a_daily_file_and_are_flushed_on_exit() {
     drop(c);
     // The writer flushes as it goes: wait for the `closed` line to land.
     let logs = log.parent().unwrap().to_owned();
-    support::wait_until("closed in the log file", T, || {
+    crate::support::wait_until("closed in the log file", T, || {
         std::fs::read_dir(&logs)
             .into_iter()
             .flatten()

@@ -11,17 +11,16 @@ mod cli;
 #[path = "admin/errors.rs"]
 mod errors;
 #[path = "admin/http.rs"]
-mod http;
-mod support;
+pub(crate) mod http;
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::{hash_to_eof, pattern, send_all, within};
 use http::{Kind, admin_addr, backend, metrics, request, status};
 use serde_json::Value;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::{hash_to_eof, pattern, send_all, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -47,8 +46,8 @@ async fn two_echo(backup: bool) -> (Proxy, SocketAddr, [Node; 2]) {
         &[("a", nodes[0].addr, false), ("b", nodes[1].addr, backup)],
         "",
     );
-    let proxy = Proxy::start(&yaml);
-    proxy.wait_count(|e| e["message"] == "probe", 2, T);
+    let proxy = Proxy::start(&yaml).await;
+    proxy.wait_count(|e| e["message"] == "probe", 2, T).await;
     let admin = admin_addr(&proxy);
     (proxy, admin, nodes)
 }
@@ -260,7 +259,9 @@ async fn reload_with_an_invalid_file_is_422_and_keeps_the_old_config() {
     let answer = request(admin, "POST", "/reload").await;
     assert_eq!(answer.status, 422, "{}", answer.body);
     assert!(!answer.error().is_empty());
-    proxy.wait_event(|e| e["message"] == "reload_failed", T);
+    proxy
+        .wait_event(|e| e["message"] == "reload_failed", T)
+        .await;
     let s = status(admin).await;
     assert_eq!(s["pools"][0]["backends"].as_array().map(Vec::len), Some(2));
 

@@ -8,18 +8,16 @@
 //! it counts the proxy's own rebalance ticks (see [`Clock`]) rather than
 //! sleeping.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::support::blockbook::RestTwin;
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::wait_until;
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
-use support::blockbook::RestTwin;
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::wait_until;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -120,7 +118,7 @@ fn in_p(message: &str) -> impl Fn(&Value) -> bool + '_ {
 
 fn wait_healthy(proxy: &Proxy, backends: &[&str]) {
     for b in backends {
-        proxy.wait_event(probed(b, "healthy"), T);
+        proxy.wait_event_blocking(probed(b, "healthy"), T);
     }
 }
 
@@ -260,7 +258,7 @@ impl Clock {
     /// Wait for `n` more ticks.
     fn wait_ticks(&self, proxy: &Proxy, n: usize) {
         let seen = Clock::ticks(&proxy.events());
-        proxy.wait_count(Clock::is_tick, seen + n, T);
+        proxy.wait_count_blocking(Clock::is_tick, seen + n, T);
     }
 }
 
@@ -275,14 +273,14 @@ async fn failed_node_is_left_and_gets_exactly_one_connection_back_on_recovery() 
         ..Knobs::default()
     };
     let pool = knobs.pool(&[primary("a", a.addr()), primary("b", b.addr())]);
-    let proxy = Proxy::start(&config(&[pool, clock.pool()]));
+    let proxy = Proxy::start(&config(&[pool, clock.pool()])).await;
     clock.start(&proxy).await;
     wait_healthy(&proxy, &["a", "b"]);
     let _clients = Clients::spawn(proxy.addr("p"), 2);
     wait_live(&proxy, &[("a", 1), ("b", 1)]).await;
 
     a.stop().await;
-    proxy.wait_event(about("quarantined", "a"), T);
+    proxy.wait_event(about("quarantined", "a"), T).await;
     wait_live(&proxy, &[("a", 0), ("b", 2)]).await;
     wait_until("both clients at node B", T, || b.live() == 2).await;
     // While A is down, ticks close nothing: 4 clock ticks span at least 3 of p's.
@@ -291,8 +289,8 @@ async fn failed_node_is_left_and_gets_exactly_one_connection_back_on_recovery() 
     assert_live(&proxy, &[("a", 0), ("b", 2)]);
 
     a.restart().await.unwrap();
-    let released = proxy.wait_event(about("released", "a"), T);
-    let moved = proxy.wait_event(in_p("rebalanced"), T);
+    let released = proxy.wait_event(about("released", "a"), T).await;
+    let moved = proxy.wait_event(in_p("rebalanced"), T).await;
     let events = proxy.events();
     let (at_release, at_move) = (index_of(&events, &released), index_of(&events, &moved));
     let newest_on_b = *live_on(&events[..at_move], "b").last().unwrap();
@@ -303,7 +301,9 @@ async fn failed_node_is_left_and_gets_exactly_one_connection_back_on_recovery() 
     );
     let ticks = Clock::ticks(&events[at_release..at_move]);
     assert!(ticks <= 2, "moved {ticks} clock ticks after A's release");
-    let closed = proxy.wait_event(|e| in_p("closed")(e) && e["conn"] == moved["conn"], T);
+    let closed = proxy
+        .wait_event(|e| in_p("closed")(e) && e["conn"] == moved["conn"], T)
+        .await;
     assert_eq!(closed["reason"], "rebalanced");
     wait_live(&proxy, &[("a", 1), ("b", 1)]).await;
     wait_until("1/1 at the nodes", T, || a.live() == 1 && b.live() == 1).await;
@@ -325,7 +325,7 @@ async fn failed_node_is_left_and_gets_exactly_one_connection_back_on_recovery() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rebalance_closes_nothing_when_the_emptier_backend_does_not_answer() {
     let mut clock = Clock::new("200ms").await;
-    let proxy = Proxy::start(&config(&[clock.pool()]));
+    let proxy = Proxy::start(&config(&[clock.pool()])).await;
     clock.start(&proxy).await;
     clock.wait_ticks(&proxy, 5);
     let moved = |e: &Value| e["message"] == "rebalanced" || e["message"] == "closed";
@@ -348,7 +348,7 @@ async fn balanced_pool_ticks_connect_to_no_backend() {
         ..Knobs::default()
     };
     let pool = knobs.pool(&[primary("a", a.addr()), primary("b", b.addr())]);
-    let proxy = Proxy::start(&config(&[pool, clock.pool()]));
+    let proxy = Proxy::start(&config(&[pool, clock.pool()])).await;
     wait_healthy(&proxy, &["a", "b"]);
     let mut clients = Vec::new();
     for _ in 0..4 {
@@ -378,7 +378,7 @@ async fn lagging_node_is_drained_but_kept_as_the_last_leg() {
         ..Knobs::default()
     };
     let pool = knobs.pool(&[primary("a", a.addr()), primary("b", b.addr())]);
-    let proxy = Proxy::start(&config(&[pool]));
+    let proxy = Proxy::start(&config(&[pool])).await;
     wait_healthy(&proxy, &["a", "b"]);
     let _clients = Clients::spawn(proxy.addr("p"), 2);
     wait_live(&proxy, &[("a", 1), ("b", 1)]).await;
@@ -386,25 +386,27 @@ async fn lagging_node_is_drained_but_kept_as_the_last_leg() {
 
     // B moves on by 10 blocks, A does not: 1000 vs 1010 with max_lag_blocks 3.
     b.set_height(1010);
-    let lag = proxy.wait_event(probed("a", "lagging"), T);
+    let lag = proxy.wait_event(probed("a", "lagging"), T).await;
     assert_eq!(lag["height"], 1000);
-    let q = proxy.wait_event(about("quarantined", "a"), T);
+    let q = proxy.wait_event(about("quarantined", "a"), T).await;
     assert_eq!(q["reason"], "lagging");
-    let drained = proxy.wait_event(about("drained", "a"), T);
+    let drained = proxy.wait_event(about("drained", "a"), T).await;
     assert_eq!(
         (&drained["reason"], &drained["connections"]),
         (&Value::from("lagging"), &Value::from(1))
     );
-    let closed = proxy.wait_event(
-        |e| about("closed", "a")(e) && on_a.contains(&e["conn"].as_u64().unwrap()),
-        T,
-    );
+    let closed = proxy
+        .wait_event(
+            |e| about("closed", "a")(e) && on_a.contains(&e["conn"].as_u64().unwrap()),
+            T,
+        )
+        .await;
     assert_eq!(closed["reason"], "drained");
     wait_live(&proxy, &[("a", 0), ("b", 2)]).await;
 
     // Only the lagging node is left: it keeps its clients and takes new ones.
     b.stop().await;
-    proxy.wait_event(about("quarantined", "b"), T);
+    proxy.wait_event(about("quarantined", "b"), T).await;
     wait_live(&proxy, &[("a", 2), ("b", 0)]).await;
     let _late = Clients::spawn(proxy.addr("p"), 1);
     wait_live(&proxy, &[("a", 3), ("b", 0)]).await;
@@ -435,12 +437,13 @@ async fn failing_node_gets_doubling_windows_and_one_success_resets_them() {
     let proxy = Proxy::start(&config(&[
         knobs.pool(&[primary("a", a.addr())]),
         clock.pool(),
-    ]));
+    ]))
+    .await;
     clock.start(&proxy).await;
     wait_healthy(&proxy, &["a"]);
 
     a.stop().await;
-    let qs = proxy.wait_count(about("quarantined", "a"), 4, T);
+    let qs = proxy.wait_count(about("quarantined", "a"), 4, T).await;
     let released_early = proxy.events().iter().any(|e| about("released", "a")(e));
     a.restart().await.unwrap();
     let windows: Vec<u64> = qs.iter().map(window_ms).collect();
@@ -461,7 +464,7 @@ async fn failing_node_gets_doubling_windows_and_one_success_resets_them() {
             "re-quarantined {gap:?} into a {window:?} window"
         );
     }
-    let released = proxy.wait_event(about("released", "a"), T);
+    let released = proxy.wait_event(about("released", "a"), T).await;
     let events = proxy.events();
     let before = events[..index_of(&events, &released)]
         .iter()
@@ -475,7 +478,10 @@ async fn failing_node_gets_doubling_windows_and_one_success_resets_them() {
     // Passed probes in service reset the count: the next window is base again.
     clock.wait_ticks(&proxy, 3);
     a.stop().await;
-    let next = proxy.wait_count(about("quarantined", "a"), 5, T).remove(4);
+    let next = proxy
+        .wait_count(about("quarantined", "a"), 5, T)
+        .await
+        .remove(4);
     assert_eq!((window_ms(&next), &next["strikes"]), (300, &Value::from(1)));
 }
 
@@ -487,12 +493,12 @@ async fn one_bad_probe_between_good_ones_changes_nothing() {
         interval: "400ms",
         ..Knobs::default()
     };
-    let proxy = Proxy::start(&config(&[knobs.pool(&[primary("a", a.addr())])]));
+    let proxy = Proxy::start(&config(&[knobs.pool(&[primary("a", a.addr())])])).await;
     wait_healthy(&proxy, &["a"]);
     a.stop().await;
-    proxy.wait_event(probed("a", "down"), T);
+    proxy.wait_event(probed("a", "down"), T).await;
     a.restart().await.unwrap();
-    proxy.wait_count(probed("a", "healthy"), 2, T);
+    proxy.wait_count(probed("a", "healthy"), 2, T).await;
     let acted = |e: &Value| about("quarantined", "a")(e) || about("drained", "a")(e);
     assert!(
         proxy.events().iter().all(|e| !acted(e)),
@@ -501,7 +507,7 @@ async fn one_bad_probe_between_good_ones_changes_nothing() {
 
     // Control: fall (2) bad verdicts in a row do take it out.
     a.stop().await;
-    let q = proxy.wait_event(about("quarantined", "a"), T);
+    let q = proxy.wait_event(about("quarantined", "a"), T).await;
     assert_eq!(q["reason"], "down");
 }
 
@@ -525,25 +531,25 @@ async fn blockbook_out_of_sync_is_drained_but_unreachable_api_is_only_unknown() 
         with_probe_url("x", x.addr, &x_api.url()),
         with_probe_url("y", y.addr, &y_api.url()),
     ]);
-    let proxy = Proxy::start(&config(&[pool]));
+    let proxy = Proxy::start(&config(&[pool])).await;
     wait_healthy(&proxy, &["x", "y"]);
     let _clients = Clients::spawn(proxy.addr("p"), 2);
     wait_live(&proxy, &[("x", 1), ("y", 1)]).await;
     let on_y = live_on(&proxy.events(), "y");
 
     y_api.go_away();
-    let unknown = proxy.wait_event(probed("y", "unknown"), T);
+    let unknown = proxy.wait_event(probed("y", "unknown"), T).await;
     assert_eq!(unknown["detail"], "connect refused");
 
     x_api.set_in_sync(false);
-    let bad = proxy.wait_event(probed("x", "unhealthy"), T);
+    let bad = proxy.wait_event(probed("x", "unhealthy"), T).await;
     assert_eq!(bad["detail"], "inSync false");
     assert_eq!(
-        proxy.wait_event(about("quarantined", "x"), T)["reason"],
+        proxy.wait_event(about("quarantined", "x"), T).await["reason"],
         "unhealthy"
     );
     assert_eq!(
-        proxy.wait_event(about("drained", "x"), T)["reason"],
+        proxy.wait_event(about("drained", "x"), T).await["reason"],
         "unhealthy"
     );
     // x's client redials and lands on y: unknown is usable.
@@ -573,13 +579,13 @@ async fn backup_serves_only_while_every_primary_is_down_and_hands_clients_back()
         primary("b", b.addr()),
         backup("s", s.addr()),
     ]);
-    let proxy = Proxy::start(&config(&[pool]));
+    let proxy = Proxy::start(&config(&[pool])).await;
     wait_healthy(&proxy, &["a", "b", "s"]);
     let _clients = Clients::spawn(proxy.addr("p"), 2);
     wait_live(&proxy, &[("a", 1), ("b", 1), ("s", 0)]).await;
 
     a.stop().await;
-    proxy.wait_event(about("quarantined", "a"), T);
+    proxy.wait_event(about("quarantined", "a"), T).await;
     wait_live(&proxy, &[("a", 0), ("b", 2), ("s", 0)]).await;
     let on_backup = |e: &Value| about("connected", "s")(e);
     assert!(
@@ -588,12 +594,12 @@ async fn backup_serves_only_while_every_primary_is_down_and_hands_clients_back()
     );
 
     b.stop().await;
-    proxy.wait_event(about("quarantined", "b"), T);
+    proxy.wait_event(about("quarantined", "b"), T).await;
     wait_live(&proxy, &[("a", 0), ("b", 0), ("s", 2)]).await;
 
     a.restart().await.unwrap();
-    proxy.wait_event(about("released", "a"), T);
-    let moves = proxy.wait_count(in_p("rebalanced"), 2, T);
+    proxy.wait_event(about("released", "a"), T).await;
+    let moves = proxy.wait_count(in_p("rebalanced"), 2, T).await;
     for m in &moves {
         assert_eq!(
             (&m["from"], &m["to"]),

@@ -3,23 +3,19 @@
 //! and keepalive under total packet loss in a private network namespace),
 //! fd exhaustion, the allow-list on every listen address, and a backend name
 //! that re-resolves to another address. Each prints a `FIGURE` line with what
-//! it measured (`cargo test --test faults -- --nocapture`).
-
-#[path = "support/faults.rs"]
-mod faults_support;
-mod support;
+//! it measured (`cargo test --test e2e faults:: -- --nocapture`).
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use faults_support::{
+use crate::faults_support::{
     PY_STREAMER, Py, Wrapped, admin_addr, alive, fd_count, live_connections, ms, require_peers,
     tcp_sockets, wait_named,
 };
-use support::nodes::{BlackHole, Node};
-use support::proxy::{Proxy, binary};
-use support::{wait_until, within};
+use crate::support::nodes::{BlackHole, Node};
+use crate::support::proxy::{Proxy, binary};
+use crate::support::{wait_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -57,7 +53,8 @@ async fn killed_backend(rst: bool) {
          - {{ name: a, listen: 127.0.0.1:0, backends: [\"127.0.0.1:{port}\"] }}\n  \
          - {{ name: b, listen: 127.0.0.1:0, backends: [\"{}\"] }}\n",
         echo.addr
-    ));
+    ))
+    .await;
     let pid = proxy.pid();
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 2, T, |_| true).await;
@@ -81,7 +78,10 @@ async fn killed_backend(rst: bool) {
     if rst {
         // Left unread in the backend's receive queue: its exit becomes a reset.
         victim.write_all(&[7u8; 64 * 1024]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        wait_until("bytes unread in the backend's receive queue", T, || {
+            tcp_sockets(py.pid()).iter().any(|s| s.rx_queue > 0)
+        })
+        .await;
     }
     let during = fd_count(pid);
     let killed = Instant::now();
@@ -147,7 +147,7 @@ async fn black_holed_backend_times_out_fails_over_in_the_same_accept_then_is_ski
          health: {{ interval: 1h, timeout: 300ms }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [{{ name: hole, addr: \"{}\" }}, {{ name: echo, addr: \"{}\" }}]\n",
         hole.addr, echo.addr
-    ));
+    )).await;
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     let addr = proxy.addr("p");
 
@@ -212,7 +212,8 @@ async fn half_open_backend_is_closed_by_idle_timeout_and_both_legs_carry_keepali
          health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
         node.addr
-    ));
+    ))
+    .await;
     wait_named(&proxy, "probe", 1, T, |_| true).await;
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     let me = c.local_addr().unwrap();
@@ -220,25 +221,28 @@ async fn half_open_backend_is_closed_by_idle_timeout_and_both_legs_carry_keepali
     let last_byte = Instant::now();
     // The start-up probe's connection counts too: the node never notices it end.
     wait_until("backend leg up", T, || node.accepted() == 2).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // Read the keepalive timers back from the kernel. /proc/net/tcp is not
-    // a consistent snapshot while other sockets churn, so look a few times.
+    // Read the keepalive timers back from the kernel, once both legs are
+    // idle with the timer armed (until the last byte is acknowledged, a
+    // leg shows its retransmit timer instead).
+    const KEEPALIVE: u8 = 2;
     let mut legs = None;
-    for _ in 0..50 {
+    wait_until("both legs idle with a keepalive timer", T, || {
         let socks = tcp_sockets(proxy.pid());
         let client = socks.iter().find(|s| s.remote == me).cloned();
         let backend = socks.iter().find(|s| s.remote == node.addr).cloned();
-        if let (Some(c), Some(b)) = (client, backend) {
+        if let (Some(c), Some(b)) = (client, backend)
+            && c.timer == KEEPALIVE
+            && b.timer == KEEPALIVE
+        {
             legs = Some((c, b));
-            break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        legs.is_some()
+    })
+    .await;
     let (client_leg, backend_leg) = legs.expect("both legs in /proc/PID/net/tcp");
     let (client_leg, backend_leg) = (&client_leg, &backend_leg);
     for (leg, s) in [("client", client_leg), ("backend", backend_leg)] {
-        assert_eq!(s.timer, 2, "{leg} leg has a keepalive timer: {s:?}");
         assert!(
             s.timer_in > Duration::from_secs(5) && s.timer_in <= Duration::from_secs(7),
             "{leg} leg keepalive fires in {:?}, idle is 7s",
@@ -378,7 +382,7 @@ async fn vanished_backend_host_is_detected_by_keepalive() {
          health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"127.0.0.2:{port}\"]\n"
     );
-    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml) else {
+    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml).await else {
         return skip("nsenter could not run the proxy");
     };
     proxy.wait_named("probe", 1, T, |_| true).await;
@@ -388,7 +392,15 @@ async fn vanished_backend_host_is_detected_by_keepalive() {
         "ok",
         "echo through the proxy inside the namespace"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cut only once the backend leg is idle (every byte acknowledged, the
+    // keepalive timer armed): then only keepalive can notice the loss.
+    let backend_addr: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
+    wait_until("backend leg idle with a keepalive timer", T, || {
+        tcp_sockets(proxy.pid())
+            .iter()
+            .any(|s| s.remote == backend_addr && s.timer == 2)
+    })
+    .await;
     let cut = Instant::now();
     let vanish = [
         "ip rule add pref 5 to 127.0.0.2 blackhole",
@@ -448,7 +460,8 @@ async fn exhaust_fds() -> Option<FdRun> {
         node.addr
     );
     // Soft and hard limit 64 from the start, as a unit's LimitNOFILE would set it.
-    let Some(proxy) = Wrapped::start(&["prlimit", "--nofile=64:64", "--"], binary(), &yaml) else {
+    let Some(proxy) = Wrapped::start(&["prlimit", "--nofile=64:64", "--"], binary(), &yaml).await
+    else {
         skip("prlimit cannot start the proxy here");
         return None;
     };
@@ -629,7 +642,8 @@ async fn allow_list_holds_on_every_listen_address_v4_and_v6() {
         "defaults:\n  health: {{ interval: 1h }}\npools:\n{}{}",
         pool("v4only", "127.0.0.1/32"),
         pool("v6only", "\"::1/128\"")
-    ));
+    ))
+    .await;
     // Both pools share one probe of the node.
     wait_named(&proxy, "probe", 1, T, |_| true).await;
     let probes = node.accepted();
@@ -705,7 +719,7 @@ fn tagged(listener: TcpListener, tag: u8) -> tokio::task::JoinHandle<()> {
         while let Ok((mut s, _)) = listener.accept().await {
             tokio::spawn(async move {
                 if s.write_all(&[tag]).await.is_ok() {
-                    support::nodes::echo(s).await;
+                    crate::support::nodes::echo(s).await;
                 }
             });
         }
@@ -750,7 +764,7 @@ async fn backend_name_that_re_resolves_to_another_address_is_followed() {
         "defaults:\n  health: {{ interval: 1h }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"pin-backend.test:{port}\"]\n"
     );
-    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml) else {
+    let Some(proxy) = Wrapped::start(&prefix, binary(), &yaml).await else {
         return skip("cannot run the proxy in a mount namespace (unshare -m, mount --bind)");
     };
     let addr = proxy.addr("p");
@@ -807,13 +821,22 @@ async fn client_connecting_to_a_backend_that_gets_drained_fails_over() {
          listen: 127.0.0.1:0\n    backends: [{{ name: hole, addr: \"{}\" }}, \
          {{ name: echo, addr: \"{}\" }}]\n",
         hole.addr, echo.addr
-    ));
+    ))
+    .await;
     let admin = admin_addr(&proxy.events());
     wait_named(&proxy, "probe", 2, T, |_| true).await;
     // Ties go to config order: this client's connect hangs on the hole.
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     wait_named(&proxy, "accepted", 1, T, |_| true).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The start-up probe to the hole has given up (its socket is gone), so
+    // a handshake the proxy has in flight to it is this client's leg.
+    const SYN_SENT: u8 = 2;
+    wait_until("the proxy's connect to the hole in flight", T, || {
+        tcp_sockets(proxy.pid())
+            .iter()
+            .any(|s| s.remote == hole.addr && s.state == SYN_SENT)
+    })
+    .await;
     let answer = admin_post(admin, "/pools/p/backends/hole/quarantine?for=1m");
     assert!(answer.contains(" 200"), "{answer}");
     c.write_all(b"ping").await.unwrap();
@@ -824,4 +847,12 @@ async fn client_connecting_to_a_backend_that_gets_drained_fails_over() {
         outcome.is_ok() && &got == b"ping",
         "the client was not failed over to the usable backend: {outcome:?}, {closed:?}"
     );
+    // The same client connection tried the hole first, then the echo node.
+    let connected = wait_named(&proxy, "connected", 1, T, |_| true).await;
+    let failed = wait_named(&proxy, "connect_failed", 1, T, |_| true).await;
+    assert_eq!(
+        (&failed[0]["backend"], &connected[0]["backend"]),
+        (&"hole".into(), &"echo".into())
+    );
+    assert_eq!(connected[0]["conn"], failed[0]["conn"]);
 }

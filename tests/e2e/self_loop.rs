@@ -4,18 +4,15 @@
 //! never dialled: the backend goes down at once, clients fail over, and no
 //! chain of nested connections starts.
 
-#[allow(dead_code)]
-#[path = "admin/http.rs"]
-mod http;
-mod support;
+use crate::admin::http;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+use crate::support::within;
 use http::{admin_addr, backend, status};
-use support::nodes::Node;
-use support::proxy::Proxy;
-use support::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -48,7 +45,7 @@ async fn echo_ok(addr: SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_naming_our_own_listener_is_refused() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())]));
+    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())])).await;
     let addr = proxy.addr("p");
     let yaml = config(
         &addr.to_string(),
@@ -57,7 +54,7 @@ async fn a_reload_naming_our_own_listener_is_refused() {
             ("me", format!("localhost:{}", addr.port())),
         ],
     );
-    let outcome = proxy.reload(&yaml);
+    let outcome = proxy.reload(&yaml).await;
     assert_eq!(outcome["message"], "reload_failed", "{outcome}");
     let err = outcome["err"].as_str().unwrap();
     assert!(
@@ -70,7 +67,7 @@ async fn a_reload_naming_our_own_listener_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_that_turns_out_to_be_us_goes_down_without_a_chain() {
     let node = Node::echo().await;
-    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())]));
+    let proxy = Proxy::start(&config("127.0.0.1:0", &[("a", node.addr.to_string())])).await;
     let addr = proxy.addr("p");
     let admin = admin_addr(&proxy);
     // `127.0.0.1:0` keeps the bound port across the reload, and says
@@ -80,13 +77,13 @@ async fn a_backend_that_turns_out_to_be_us_goes_down_without_a_chain() {
         "127.0.0.1:0",
         &[("me", me.clone()), ("a", node.addr.to_string())],
     );
-    assert_eq!(proxy.reload(&yaml)["message"], "reloaded");
+    assert_eq!(proxy.reload(&yaml).await["message"], "reloaded");
     // The new backend's first probe would be a client of ours: it is not
     // made, and the backend is taken out as a client connect would.
-    let event = proxy.wait_event(|e| e["message"] == "self_loop", T);
+    let event = proxy.wait_event(|e| e["message"] == "self_loop", T).await;
     assert_eq!(event["backend"], "me", "{event}");
     assert_eq!(event["listener"], addr.to_string(), "{event}");
-    let q = proxy.wait_event(|e| e["message"] == "quarantined", T);
+    let q = proxy.wait_event(|e| e["message"] == "quarantined", T).await;
     assert_eq!(q["reason"], "self_loop", "{q}");
 
     let s = status(admin).await;
@@ -97,7 +94,9 @@ async fn a_backend_that_turns_out_to_be_us_goes_down_without_a_chain() {
     for _ in 0..5 {
         echo_ok(addr).await;
     }
-    let served = proxy.wait_count(|e| e["message"] == "connected", 5, T);
+    let served = proxy
+        .wait_count(|e| e["message"] == "connected", 5, T)
+        .await;
     assert!(
         served.iter().all(|e| e["backend"] == "a"),
         "every client went to the real node: {served:?}"

@@ -16,11 +16,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{Answer, admin_addr, backend, status, try_send};
+use super::http::{Answer, admin_addr, backend, status, try_send};
+use super::{T, config};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
-use crate::{T, config};
 
 /// Each `/healthz` must be answered within this (generous) bound.
 const ANSWER: Duration = Duration::from_secs(2);
@@ -31,7 +31,7 @@ const CHECKS: usize = 10;
 async fn proxy_allowing(allow: &str) -> (Proxy, SocketAddr, Node) {
     let node = Node::echo().await;
     let yaml = config(&[("a", node.addr, false)], &format!(", allow: [{allow}]"));
-    let proxy = Proxy::start(&yaml);
+    let proxy = Proxy::start(&yaml).await;
     let admin = admin_addr(&proxy);
     (proxy, admin, node)
 }
@@ -319,5 +319,7 @@ async fn every_concurrent_reload_gets_an_answer_and_healthz_keeps_answering() {
         }
     }
     assert!(ok >= 1, "no reload ran");
-    proxy.wait_count(|e| e["message"] == "reloaded", ok, T);
+    proxy
+        .wait_count(|e| e["message"] == "reloaded", ok, T)
+        .await;
 }

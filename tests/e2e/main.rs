@@ -1,0 +1,23 @@
+//! Tests against the built `pin-proxy` binary and its CLI, one module per
+//! subject: `cargo test --test e2e splice::`.
+
+#[path = "../support/faults.rs"]
+mod faults_support;
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod balance;
+mod check;
+mod demo;
+mod deploy;
+mod faults;
+mod faults_soak;
+mod fuzz_corpus;
+mod health;
+mod lifecycle;
+mod rejected_fold;
+mod reload;
+mod secrets;
+mod self_loop;
+mod splice;
