@@ -8,14 +8,13 @@
 //! it counts the proxy's own rebalance ticks (see [`Clock`]) rather than
 //! sleeping.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use crate::support::blockbook::RestTwin;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
-use crate::support::wait_until;
+use crate::support::{live_on, wait_until};
 use pin_proxy::simnode::SimNode;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -120,19 +119,6 @@ fn wait_healthy(proxy: &Proxy, backends: &[&str]) {
     for b in backends {
         proxy.wait_event_blocking(probed(b, "healthy"), T);
     }
-}
-
-/// Connection ids on `backend` of pool `p` as the proxy logged them:
-/// `connected` and not yet `closed`.
-fn live_on(events: &[Value], backend: &str) -> BTreeSet<u64> {
-    let ids = |message: &str| -> BTreeSet<u64> {
-        events
-            .iter()
-            .filter(|e| about(message, backend)(e))
-            .filter_map(|e| e["conn"].as_u64())
-            .collect()
-    };
-    &ids("connected") - &ids("closed")
 }
 
 fn counts(events: &[Value], backends: &[(&str, usize)]) -> Vec<(String, usize)> {

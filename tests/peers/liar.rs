@@ -18,9 +18,10 @@ use std::path::Path;
 use crate::support::blockbook::RestTwin;
 use crate::support::liar::{
     Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
-    headers_with_bad_work, live_on, probed, status_of, wait_healthy_probes, wait_live, with_url,
+    headers_with_bad_work, probed, status_of, wait_healthy_probes, wait_live, with_url,
 };
 use crate::support::litecoind::Litecoind;
+use crate::support::live_on;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use pin_proxy::config::Config;

@@ -2,7 +2,6 @@
 //! they are told (a raw P2P script node, a Blockbook REST twin), redialing
 //! clients, and the proxy's own counters as evidence that probes ran.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use super::live_on;
 use super::proxy::Proxy;
 use super::wait_until;
 
@@ -64,19 +64,6 @@ pub fn acted_on(e: &Value, backend: &str) -> bool {
         .iter()
         .any(|o| probed(backend, o)(e));
     bad || about("quarantined", backend)(e) || about("drained", backend)(e)
-}
-
-/// Client connections on `backend` as the proxy logged them: `connected`
-/// and not yet `closed`.
-pub fn live_on(events: &[Value], backend: &str) -> BTreeSet<u64> {
-    let ids = |message: &str| -> BTreeSet<u64> {
-        events
-            .iter()
-            .filter(|e| about(message, backend)(e))
-            .filter_map(|e| e["conn"].as_u64())
-            .collect()
-    };
-    &ids("connected") - &ids("closed")
 }
 
 /// Wait until pool `p` holds exactly these client connections per backend.

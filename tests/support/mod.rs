@@ -9,9 +9,11 @@ pub mod litecoind;
 pub mod nodes;
 pub mod proxy;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -78,4 +80,17 @@ pub async fn within<T>(what: &str, timeout: Duration, fut: impl Future<Output = 
     tokio::time::timeout(timeout, fut)
         .await
         .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// Client connections on `backend` as the proxy logged them: `connected`
+/// and not yet `closed`.
+pub fn live_on(events: &[Value], backend: &str) -> BTreeSet<u64> {
+    let ids = |message: &str| -> BTreeSet<u64> {
+        events
+            .iter()
+            .filter(|e| e["message"] == message && e["backend"] == backend)
+            .filter_map(|e| e["conn"].as_u64())
+            .collect()
+    };
+    &ids("connected") - &ids("closed")
 }
