@@ -1,77 +1,55 @@
 //! pin-proxy: a TCP pinning connection balancer for long-lived P2P clients.
 //!
-//! Module map:
-//! - [`server`]: binds, starts each pool's tasks, serves, reloads, shuts down.
-//! - [`reload`]: what a reload changes, worked out from the old and new
-//!   config (pure).
-//! - [`control`], [`admin`], [`notify`]: the operator's side: status, manual
-//!   quarantine, reload, the admin HTTP endpoint, systemd notifications.
+//! Layers, each a folder whose `mod.rs` says what it owns and may use.
+//! Uses point down this list only:
+//! - [`sim`]: the simulated node and `pin-proxy demo` (cargo feature `sim`).
+//! - [`runtime`]: the process: bind, start, reload by plan, shut down;
+//!   logging, limits, systemd.
+//! - [`ops`]: the admin endpoint, metrics, control, the admin CLI commands.
+//! - [`probe`]: health probes and their scheduler.
+//! - [`net`]: the data path: accept, connect, splice, socket options,
+//!   per-core workers.
+//! - [`pool`]: membership, health state, live connections, selection, the
+//!   rebalance plan, status snapshots (state and pure rules, no I/O).
 //! - [`config`]: config.yaml, parsed and validated once into typed values.
-//! - [`listener`]: accept loop, allow-list, `max_connections`.
-//! - [`reject_fold`]: folds floods of `rejected` events.
-//! - [`session`]: one client: choose, connect with fail-over, splice, log.
-//! - [`select`]: least-used choice (pure).
-//! - [`self_loop`]: a backend that is the proxy itself.
-//! - [`registry`]: per-pool backends, health, live connections, counters.
-//! - [`close`]: why a connection closed, and closing one from outside.
-//! - [`health`]: backend states, probe outcomes, quarantine reasons and the
-//!   transitions between states (pure).
-//! - [`lag`]: which heights count as the reference, who trails it (pure).
-//! - [`apply`]: applies connect outcomes, probe reports and manual commands
-//!   to a pool; drains.
-//! - [`prober`]: probe scheduling, one task per distinct probe.
-//! - [`rebalance`]: the rebalance tick.
-//! - [`connect`], [`splice`], [`sockopt`]: the socket work.
-//! - [`status`]: point-in-time views of the pools (`/status`).
-//! - [`metrics`]: Prometheus text for `/metrics`.
-//! - [`admin_cli`]: the `status`, `quarantine` and `release` commands.
-//! - [`demo`]: `pin-proxy demo`.
-//! - [`limits`]: the open-file limit at start-up.
-//! - [`logging`]: tracing setup (JSON or text, stdout or daily file).
-//! - [`probe`]: health probes, one kind per file.
-//! - [`simnode`], [`simchain`]: a simulated P2P node for the demo and tests,
-//!   and the regtest headers it proves its height with.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // No panic reachable from the network or the config: no unwrap/expect outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod admin;
-pub mod admin_cli;
-pub mod apply;
-pub mod close;
 pub mod config;
-pub mod connect;
-pub mod control;
-pub mod demo;
-pub mod health;
-pub mod lag;
-pub mod limits;
-pub mod listener;
-pub mod logging;
-pub mod metrics;
-pub mod notify;
-pub mod probe;
-pub mod prober;
-pub mod rebalance;
-pub mod registry;
-pub mod reject_fold;
-pub mod reload;
-pub mod select;
-pub mod self_loop;
-pub mod server;
-pub mod session;
-pub mod simchain;
-pub mod simnode;
-pub mod sockopt;
-pub mod splice;
-pub mod status;
-pub mod workers;
+#[cfg(feature = "sim")]
+pub mod sim;
+
+// The layers between are the crate's own. The `internals` feature opens
+// them to bench/loadgen's micro-benchmarks; it is not an API.
+macro_rules! layers {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$doc])*
+        #[cfg(not(feature = "internals"))]
+        mod $name;
+    )*};
+}
+layers! {
+    net;
+    ops;
+    pool;
+    probe;
+    runtime;
+}
+
+pub mod inspect;
+pub use ops::admin_cli;
+pub use ops::control::{Control, ReloadError};
+pub use runtime::{limits, logging};
 
 use std::future::Future;
 
-pub use server::{BindError, Server};
+pub use runtime::server::{BindError, Server};
 
 /// Bind and serve `config` until `shutdown` resolves.
 ///

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use pin_proxy::BindError;
+use pin_proxy::Control;
 use pin_proxy::admin_cli;
-use pin_proxy::config::{self, Config, LogConfig, LogFormat};
-use pin_proxy::control::Control;
+use pin_proxy::config::{self, Config};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// A TCP pinning connection balancer for long-lived P2P clients.
@@ -75,6 +75,7 @@ enum Command {
     },
     /// Self-contained demo on loopback: simulated P2P nodes, clients, a
     /// scripted failure, recovery and lag. Ends by itself.
+    #[cfg(feature = "sim")]
     Demo,
 }
 
@@ -144,6 +145,7 @@ fn main() -> ExitCode {
             backend,
             admin,
         } => call_admin(admin, Call::Release { pool, backend }),
+        #[cfg(feature = "sim")]
         Command::Demo => exit(demo()),
         Command::Check | Command::Run => {
             let config = match Config::load(&path) {
@@ -226,14 +228,16 @@ fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> any
         .block_on(fut)
 }
 
+#[cfg(feature = "sim")]
 fn demo() -> anyhow::Result<()> {
+    use pin_proxy::config::{LogConfig, LogFormat};
     let log = LogConfig {
         level: "info".to_owned(),
         format: LogFormat::Text,
         file: None,
     };
     let _log = pin_proxy::logging::init(&log)?;
-    runtime()?.block_on(pin_proxy::demo::run())
+    runtime()?.block_on(pin_proxy::sim::demo::run())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use hyper::{Method, Uri};
-use pin_proxy::admin::{AdminRequest, parse_request};
+use pin_proxy::inspect::{AdminRequest, parse_request};
 
 /// A manual quarantine lasts at most a year (`admin/routes.rs` says 365
 /// days; 366 leaves it room for a leap year).

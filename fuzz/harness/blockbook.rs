@@ -1,6 +1,6 @@
 //! Fuzz harness: the Blockbook `/api/` status parser (`probe::http::parse_blockbook`).
 
-use pin_proxy::probe::http::parse_blockbook;
+use pin_proxy::inspect::parse_blockbook;
 
 /// Longest error detail accepted: the parser truncates to 160 characters
 /// plus an ellipsis; anything near this means truncation was bypassed.

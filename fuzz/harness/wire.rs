@@ -8,7 +8,7 @@
 
 use std::mem::discriminant;
 
-use pin_proxy::probe::wire::{
+use pin_proxy::inspect::wire::{
     self, Decoder, HEADER_LEN, MAX_PAYLOAD, MAX_USER_AGENT, Magic, Message, Version, WireError,
 };
 

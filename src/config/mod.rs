@@ -3,8 +3,11 @@
 //! Parsing, default merging and validation live in `parse`; the printed
 //! summary of `pin-proxy check` lives in [`describe`]. Every value here is
 //! final: no `Option` stands for "use the default".
+//!
+//! Layer: the ground. Uses nothing else of the crate; everything uses it.
 
 mod describe;
+pub(crate) mod local;
 mod parse;
 
 use std::fmt;

@@ -8,7 +8,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use super::pow::{ChainParams, Hash, Tip};
+use super::pow::{ChainParams, Tip};
 
 /// Heights below the tip kept one by one.
 const DENSE: u64 = 2048;
@@ -42,6 +42,7 @@ impl Chain {
     }
 
     /// The best proven tip.
+    #[cfg(test)]
     pub fn tip(&self) -> Tip {
         let known = self.lock();
         known
@@ -80,7 +81,8 @@ impl Chain {
     }
 
     /// The known header with `hash`, if any.
-    pub fn find(&self, hash: &Hash) -> Option<Tip> {
+    #[cfg(test)]
+    pub fn find(&self, hash: &super::pow::Hash) -> Option<Tip> {
         self.lock().iter().rev().find(|t| t.hash == *hash).copied()
     }
 

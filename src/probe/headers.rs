@@ -13,6 +13,7 @@ use super::chain::Chain;
 use super::p2p::Peer;
 use super::pow::{ChainParams, HEADER_LEN, Hash, Header, PowError, Tip};
 use super::wire::{self, PROTOCOL_VERSION};
+use crate::pool::report::Proof;
 
 /// Most headers a node sends in one `headers` message.
 pub const MAX_PER_MESSAGE: usize = 2000;
@@ -23,17 +24,6 @@ pub const MAX_PAYLOAD: usize = 3 + MAX_PER_MESSAGE * (HEADER_LEN + 9);
 pub const MAX_PER_PROBE: usize = 20 * MAX_PER_MESSAGE;
 /// Headers checked in one go off the async threads (about 25 ms of scrypt).
 const CHECK_CHUNK: usize = 100;
-
-/// What became of a height claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Proof {
-    /// Nobody needed it proven (it would make no other backend lag).
-    NotAsked,
-    /// The node served valid headers up to the claimed height.
-    Proven,
-    /// It did not, and why.
-    Unproven(String),
-}
 
 /// Ask the peer for headers up to `claim` and check them, before `deadline`.
 pub async fn prove(peer: &mut Peer, chain: &Chain, claim: u64, deadline: Instant) -> Proof {
@@ -182,6 +172,7 @@ pub fn parse(payload: &[u8]) -> Result<Vec<Header>, String> {
     Ok(out)
 }
 
-#[cfg(test)]
+// Against the simulated node.
+#[cfg(all(test, feature = "sim"))]
 #[path = "headers_tests.rs"]
 mod tests;

@@ -7,8 +7,8 @@ use super::*;
 use crate::probe::p2p::{Proving, probe_proving};
 use crate::probe::pow::params;
 use crate::probe::wire::{Decoder, Magic, VersionParams};
-use crate::simchain::SimChain;
-use crate::simnode::SimNode;
+use crate::sim::simchain::SimChain;
+use crate::sim::simnode::SimNode;
 
 const REGTEST: Magic = [0xfa, 0xbf, 0xb5, 0xda];
 const WAIT: Duration = Duration::from_secs(5);
@@ -32,7 +32,7 @@ async fn prove_at(addr: &str, chain: &Chain, timeout: Duration) -> Report {
     probe_proving(addr, REGTEST, timeout, Some(proving)).await
 }
 
-use crate::probe::Report;
+use crate::pool::report::Report;
 
 #[tokio::test]
 async fn an_honest_node_proves_its_height_and_the_next_proof_resumes() {

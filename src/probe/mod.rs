@@ -1,78 +1,14 @@
-//! Health probes: one kind per file, all answering with a [`Report`].
+//! Probes: one kind per file, each producing a [`Report`], and the
+//! scheduler (`prober`) that runs them and hands reports to the pool.
 //!
-//! A probe only observes; what a verdict does to a backend (hysteresis,
-//! lag, quarantine) is decided in `health`.
+//! Layer: on the pool (reports, the questions it asks such as
+//! `Pool::needs_proof`) and the data path's `connect`; never on operations
+//! or runtime.
 
 pub mod chain;
 pub mod headers;
 pub mod http;
 pub mod p2p;
 pub mod pow;
+pub mod prober;
 pub mod wire;
-
-use std::fmt;
-
-/// What one probe concluded about a backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// The node answered and says it is fine.
-    Healthy,
-    /// The node answered and says it is not fine (e.g. Blockbook `inSync: false`).
-    Unhealthy,
-    /// The node's own address refused or timed out the TCP connect.
-    Down,
-    /// Reached, but no answer the probe understands; or the REST twin failed.
-    Unknown,
-}
-
-impl Verdict {
-    /// The name used in logs, `/status` and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Healthy => "healthy",
-            Verdict::Unhealthy => "unhealthy",
-            Verdict::Down => "down",
-            Verdict::Unknown => "unknown",
-        }
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A probe's verdict, the node's block height when the probe reads one, and
-/// a short human-readable detail (never containing secrets).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// The verdict.
-    pub verdict: Verdict,
-    /// Block height the node reported, if the probe reads heights.
-    pub height: Option<u64>,
-    /// Why, in a few words (`refused`, `bad checksum`, `inSync false` ...).
-    pub detail: String,
-    /// Whether the height was proven by the node's headers.
-    pub proof: headers::Proof,
-}
-
-impl Report {
-    /// A report without a height.
-    pub fn new(verdict: Verdict, detail: impl Into<String>) -> Report {
-        Report {
-            verdict,
-            height: None,
-            detail: detail.into(),
-            proof: headers::Proof::NotAsked,
-        }
-    }
-
-    /// A report of a height, not (yet) proven.
-    pub fn with_height(verdict: Verdict, height: u64, detail: impl Into<String>) -> Report {
-        Report {
-            height: Some(height),
-            ..Report::new(verdict, detail)
-        }
-    }
-}

@@ -21,9 +21,10 @@ use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
 use super::chain::Chain;
-use super::headers::{self, Proof};
+use super::headers;
+use crate::pool::report::Proof;
 use super::wire::{self, Decoder, Magic, Message, Version, VersionParams};
-use super::{Report, Verdict};
+use crate::pool::report::{Report, Verdict};
 
 /// Most bytes read from a node while waiting for its `version`.
 pub const MAX_READ: usize = 64 * 1024;
@@ -43,6 +44,7 @@ pub struct Proving<'a> {
 /// Probe the node at `addr` (`host:port`) on the network of `magic`.
 ///
 /// Never panics; returns within `timeout` (plus scheduling delay).
+#[cfg(all(test, feature = "sim"))]
 pub async fn probe(addr: &str, magic: Magic, timeout: Duration) -> Report {
     probe_proving(addr, magic, timeout, None).await
 }
@@ -247,6 +249,7 @@ impl Peer {
     }
 }
 
-#[cfg(test)]
+// Against the simulated node.
+#[cfg(all(test, feature = "sim"))]
 #[path = "p2p_tests.rs"]
 mod tests;

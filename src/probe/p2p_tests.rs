@@ -3,7 +3,7 @@ use std::future::Future;
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::simnode::SimNode;
+use crate::sim::simnode::SimNode;
 
 const LTC: Magic = [0xfb, 0xc0, 0xb6, 0xdb];
 const SHORT: Duration = Duration::from_millis(300);

@@ -15,7 +15,7 @@ use crate::support::blockbook::RestTwin;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{live_on, wait_until};
-use pin_proxy::simnode::SimNode;
+use pin_proxy::sim::simnode::SimNode;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;

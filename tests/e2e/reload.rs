@@ -11,7 +11,7 @@ use crate::support::inproc::Running;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
-use pin_proxy::control::ReloadError;
+use pin_proxy::ReloadError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

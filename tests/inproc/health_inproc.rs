@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::support::inproc::{Running, T};
 use crate::support::{wait_until, within};
-use pin_proxy::health::ProbeOutcome;
-use pin_proxy::simnode::SimNode;
+use pin_proxy::inspect::ProbeOutcome;
+use pin_proxy::sim::simnode::SimNode;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;

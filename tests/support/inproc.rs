@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use pin_proxy::Control;
 use pin_proxy::Server;
 use pin_proxy::config::Config;
-use pin_proxy::control::Control;
-use pin_proxy::health::ProbeOutcome;
-use pin_proxy::registry::Pool;
-use pin_proxy::status::BackendStatus;
+use pin_proxy::inspect::BackendStatus;
+use pin_proxy::inspect::Pool;
+use pin_proxy::inspect::ProbeOutcome;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pin_proxy::probe::pow::{self, Header, Tip};
-use pin_proxy::probe::wire::{self, Decoder, VersionParams};
-use pin_proxy::simchain::SimChain;
+use pin_proxy::inspect::pow::{self, Header, Tip};
+use pin_proxy::inspect::wire::{self, Decoder, VersionParams};
+use pin_proxy::sim::simchain::SimChain;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -291,7 +291,7 @@ pub const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
 /// stream and the `start_height` the node announced, or why the handshake
 /// did not finish (closed, reset, timed out after `timeout`).
 pub fn try_peer(addr: SocketAddr, timeout: Duration) -> Result<(TcpStream, u64), String> {
-    use pin_proxy::probe::wire::{self, Decoder, Version, VersionParams};
+    use pin_proxy::inspect::wire::{self, Decoder, Version, VersionParams};
     let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
     stream
         .set_read_timeout(Some(timeout))

@@ -9,9 +9,9 @@ use std::mem::size_of_val;
 use std::path::Path;
 use std::sync::Arc;
 
-use pin_proxy::close::Closer;
+use pin_proxy::pool::close::Closer;
 use pin_proxy::config::Config;
-use pin_proxy::registry::{BackendStats, Pool};
+use pin_proxy::pool::registry::{BackendStats, Pool};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -31,13 +31,13 @@ async fn main() -> anyhow::Result<()> {
     let admission = pool.admit().expect("below max_connections");
     let stats = BackendStats::default();
     let closer = Closer::new();
-    let splice = pin_proxy::splice::splice(&accepted, &other, &stats, None, &closer);
+    let splice = pin_proxy::net::splice::splice(&accepted, &other, &stats, None, &closer);
     println!("| future | bytes |");
     println!("|---|---:|");
     println!("| `splice::splice` | {} |", size_of_val(&splice));
     drop(splice);
     let slot = Arc::new(Semaphore::new(1)).acquire_owned().await?;
-    let serve = pin_proxy::session::serve(pool.clone(), accepted, peer, 1, (admission, slot));
+    let serve = pin_proxy::net::session::serve(pool.clone(), accepted, peer, 1, (admission, slot));
     println!(
         "| `session::serve` (the task's future) | {} |",
         size_of_val(&serve)

@@ -5,7 +5,7 @@
 //! - `Pool::reserve` + dropping its lease (the accept path: lock, build the
 //!   candidates, `select::pick`, register; then unregister);
 //! - `select::pick` alone (pure, over the candidates);
-//! - `rebalance::tick` on a balanced pool (plans from the live registry and
+//! - `Pool::rebalance_plan` on a balanced pool (plans from the live registry and
 //!   returns without connecting, as every tick of a balanced pool does);
 //! - `rebalance::plan` alone (pure, over the loads).
 //!
@@ -18,11 +18,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pin_proxy::close::Closer;
+use pin_proxy::pool::close::Closer;
 use pin_proxy::config::{Config, PoolConfig};
-use pin_proxy::rebalance::{self, Load};
-use pin_proxy::registry::{ConnEntry, Lease, Pool};
-use pin_proxy::select::{self, Candidate};
+use pin_proxy::pool::rebalance::{self, Load};
+use pin_proxy::pool::registry::{ConnEntry, Lease, Pool};
+use pin_proxy::pool::select::{self, Candidate};
 use tokio_util::sync::CancellationToken;
 
 /// (backends, registered connections) to measure.
@@ -39,18 +39,14 @@ const CASES: [(usize, usize); 7] = [
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let budget = Duration::from_millis(if quick { 50 } else { 300 });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
     println!(
-        "| backends | registered conns | reserve + release, ns | select::pick, ns | rebalance::tick (balanced), ns | rebalance::plan, ns |"
+        "| backends | registered conns | reserve + release, ns | select::pick, ns | Pool::rebalance_plan (balanced), ns | rebalance::plan, ns |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
     // Warm caches and the allocator first; the first case reads high otherwise.
-    measure(&rt, 4, 10, budget);
+    measure(4, 10, budget);
     for (backends, conns) in CASES {
-        let [reserve, pick, tick, plan] = measure(&rt, backends, conns, budget);
+        let [reserve, pick, tick, plan] = measure(backends, conns, budget);
         println!("| {backends} | {conns} | {reserve:.0} | {pick:.0} | {tick:.0} | {plan:.0} |");
     }
 }
@@ -58,7 +54,6 @@ fn main() {
 /// ns per call of reserve + release, pick, tick and plan with `conns`
 /// connections registered on `backends` backends.
 fn measure(
-    rt: &tokio::runtime::Runtime,
     backends: usize,
     conns: usize,
     budget: Duration,
@@ -83,8 +78,9 @@ fn measure(
     let pick = time_per_op(budget, || {
         black_box(select::pick(black_box(&cands)));
     });
+    // A balanced pool: the tick asks for a plan and gets none.
     let tick = time_per_op(budget, || {
-        rt.block_on(rebalance::tick(&pool));
+        black_box(pool.rebalance_plan());
     });
     let loads = loads(backends, conns);
     let plan = time_per_op(budget, || {

@@ -4,14 +4,14 @@
 //! listeners matched against the host's addresses, so this runs at `check`
 //! and reload time, not inside the pure parse; what it cannot see (a name
 //! that resolves to us later, a port-0 listener) is caught at run time
-//! ([`crate::self_loop`]).
+//! ([`crate::net::self_loop`]).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::error::{Invalid, invalid};
 use super::locate::locate;
 use crate::config::Config;
-use crate::self_loop::{is_local_ip, reaches};
+use crate::config::local::{is_local_ip, reaches};
 
 /// Refuse the first backend that is one of `config`'s own listeners.
 /// `resolve` turns a backend's `host:port` into addresses (empty when it

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use pin_proxy::admin::{HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_PER_SOURCE};
+use pin_proxy::inspect::{HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_PER_SOURCE};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};

@@ -1,0 +1,15 @@
+//! What integration tests and tools outside the crate use to drive and read
+//! a server in-process: its pools ([`Server::pools`](crate::Server::pools)),
+//! their snapshots, the probe vocabulary a test feeds a pool with, and the
+//! P2P messages a test peer speaks, and the parsers of bytes from the
+//! network for the fuzz harness (fuzz/). Everything else in the crate is
+//! its own.
+
+pub use crate::ops::admin::{AdminRequest, parse_request};
+pub use crate::ops::admin::{HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_PER_SOURCE};
+pub use crate::pool::health::{ProbeOutcome, QuarantineReason};
+pub use crate::pool::registry::Pool;
+pub use crate::pool::report::{Proof, Report, Verdict};
+pub use crate::pool::status::{BackendStatus, PoolStatus, ProbeStatus, QuarantineStatus, Status};
+pub use crate::probe::http::parse_blockbook;
+pub use crate::probe::{pow, wire};

@@ -1,0 +1,247 @@
+//! Connect to a backend: resolve its name afresh, try each address, all
+//! within one `connect_timeout` budget.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rustix::io::Errno;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::pool::own::OwnListeners;
+
+/// Why a backend connect failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The name did not resolve (or resolved to nothing).
+    #[error("resolve {addr}: {source}")]
+    Resolve {
+        /// The backend address.
+        addr: String,
+        /// The resolver's error.
+        source: io::Error,
+    },
+    /// Every resolved address refused or failed.
+    #[error("connect to {addr}: {source}")]
+    Connect {
+        /// The backend address.
+        addr: String,
+        /// The last address's error.
+        source: io::Error,
+    },
+    /// The name resolves to one of this process's own listeners.
+    #[error(
+        "connect to {addr}: {to} is a listener of this proxy (a backend must not be the proxy itself)"
+    )]
+    SelfLoop {
+        /// The backend address.
+        addr: String,
+        /// Our listener it would reach.
+        to: SocketAddr,
+    },
+    /// The budget ran out.
+    #[error("connect to {addr}: timed out after {timeout:?}")]
+    Timeout {
+        /// The backend address.
+        addr: String,
+        /// The budget.
+        timeout: Duration,
+    },
+}
+
+impl ConnectError {
+    /// Short reason for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnectError::Resolve { .. } => "resolve",
+            ConnectError::Connect { source, .. }
+                if source.kind() == io::ErrorKind::ConnectionRefused =>
+            {
+                "refused"
+            }
+            ConnectError::Connect { .. } if self.is_local() => "local_resources",
+            ConnectError::Connect { .. } => "error",
+            ConnectError::Timeout { .. } => "timeout",
+            ConnectError::SelfLoop { .. } => "self_loop",
+        }
+    }
+}
+
+impl ConnectError {
+    /// This process ran out of descriptors or memory: says nothing about
+    /// the backend.
+    pub fn is_local(&self) -> bool {
+        let ConnectError::Connect { source, .. } = self else {
+            return false;
+        };
+        // ADDRNOTAVAIL: out of ephemeral ports, another local resource.
+        let local = [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOBUFS,
+            Errno::NOMEM,
+            Errno::ADDRNOTAVAIL,
+        ];
+        source
+            .raw_os_error()
+            .is_some_and(|code| local.iter().any(|e| e.raw_os_error() == code))
+    }
+}
+
+/// Resolve `addr` (`host:port`) now, so a node that changed address is
+/// followed, and connect to the first address that answers.
+///
+/// The budget is a deadline, and its timer is armed only when a step has
+/// to wait: a literal address resolves at once, and a backend on loopback
+/// or a LAN has finished the handshake after one turn of the event loop.
+/// (A timer armed per connection costs a wake-up of the loop's own poll
+/// to take the new deadline into account.)
+///
+/// # Errors
+/// A [`ConnectError`] saying which step failed.
+pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, ConnectError> {
+    dial(addr, timeout, None).await
+}
+
+/// As [`connect`], never dialling one of `own` listeners: an address that
+/// would reach one is skipped, and when no other address connects the
+/// error is [`ConnectError::SelfLoop`].
+///
+/// # Errors
+/// A [`ConnectError`] saying which step failed.
+pub async fn connect_avoiding(
+    addr: &str,
+    timeout: Duration,
+    own: &OwnListeners,
+) -> Result<TcpStream, ConnectError> {
+    dial(addr, timeout, Some(own)).await
+}
+
+async fn dial(
+    addr: &str,
+    timeout: Duration,
+    own: Option<&OwnListeners>,
+) -> Result<TcpStream, ConnectError> {
+    let deadline = Instant::now() + timeout;
+    let timed_out = || ConnectError::Timeout {
+        addr: addr.to_owned(),
+        timeout,
+    };
+    let resolve_err = |source| ConnectError::Resolve {
+        addr: addr.to_owned(),
+        source,
+    };
+    let addrs = tokio::time::timeout_at(deadline, tokio::net::lookup_host(addr))
+        .await
+        .map_err(|_elapsed| timed_out())?
+        .map_err(resolve_err)?;
+    let mut last = None;
+    let mut ours = None;
+    for sa in addrs {
+        if let Some(to) = own.and_then(|o| o.reached_by(sa)) {
+            ours = Some(to);
+            continue;
+        }
+        match connect_addr(sa, deadline).await {
+            Ok(stream) => return Ok(stream),
+            Err(AddrFailure::Failed(e)) => last = Some(e),
+            Err(AddrFailure::TimedOut) => return Err(timed_out()),
+        }
+    }
+    if let Some(to) = ours {
+        return Err(ConnectError::SelfLoop {
+            addr: addr.to_owned(),
+            to,
+        });
+    }
+    Err(match last {
+        Some(source) => ConnectError::Connect {
+            addr: addr.to_owned(),
+            source,
+        },
+        None => resolve_err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no addresses found",
+        )),
+    })
+}
+
+/// How connecting to one address ended, short of success.
+enum AddrFailure {
+    Failed(io::Error),
+    TimedOut,
+}
+
+impl From<io::Error> for AddrFailure {
+    fn from(e: io::Error) -> AddrFailure {
+        AddrFailure::Failed(e)
+    }
+}
+
+/// A non-blocking connect to `sa`, done by `deadline`.
+///
+/// Success is read from the readiness the event loop reports (writable,
+/// neither error nor hang-up), as HAProxy does; `SO_ERROR` is fetched only
+/// when the event says the connect failed. That saves a syscall per
+/// backend leg.
+async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, AddrFailure> {
+    let socket = Socket::new(
+        Domain::for_address(sa),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    match socket.connect(&sa.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(Errno::INPROGRESS.raw_os_error()) => {}
+        Err(e) => return Err(AddrFailure::Failed(e)),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    // Let the loop poll once before any timer is armed: see `connect`.
+    tokio::task::yield_now().await;
+    let ready = tokio::time::timeout_at(deadline, stream.ready(Interest::WRITABLE))
+        .await
+        .map_err(|_elapsed| AddrFailure::TimedOut)??;
+    if (ready.is_write_closed() || ready.is_error())
+        && let Some(e) = stream.take_error()?
+    {
+        return Err(AddrFailure::Failed(e));
+    }
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn connects_and_reports_refusal_from_the_event_alone() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = connect(&addr.to_string(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert_eq!(stream.local_addr().unwrap(), accepted.peer_addr().unwrap());
+
+        drop(listener);
+        let err = connect(&addr.to_string(), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "refused", "{err}");
+    }
+
+    #[tokio::test]
+    async fn connects_by_name() {
+        // The resolver's path (a literal address never waits on it), under
+        // the same deadline.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stream = connect(&format!("localhost:{port}"), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(stream.peer_addr().unwrap().ip().is_loopback());
+    }
+}

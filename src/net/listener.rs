@@ -1,0 +1,183 @@
+//! The accept loop of one pool listener: accept, check the allow-list and
+//! `max_connections`, spawn the session. Nothing here waits on a backend.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::config::IpNet;
+use crate::pool::registry::Pool;
+use crate::net::reject_fold::{Reject, RejectLog};
+use crate::net::session;
+use crate::net::sockopt;
+
+/// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause between accept attempts while resources stay exhausted.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// What the accept loop shares with the rest of the process.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Source of per-process connection ids.
+    pub conn_ids: Arc<AtomicU64>,
+    /// Every spawned session, so shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Client connections the descriptor limit allows, across all pools.
+    pub slots: Arc<Semaphore>,
+    /// Folds floods of `rejected` events.
+    pub rejects: Arc<RejectLog>,
+}
+
+/// Accept clients for `pool` on `listener` until `token` is cancelled (the
+/// listener was removed, or the pool stopped).
+pub async fn accept_loop(
+    listener: TcpListener,
+    pool: Arc<Pool>,
+    token: CancellationToken,
+    shared: Shared,
+) {
+    let local = listener.local_addr().ok();
+    // The socket options accepted clients inherit, as last set on the
+    // listener (at bind, from the config then).
+    let mut tuned = pool.config().keepalive;
+    let mut backoff: Option<Duration> = None;
+    let mut failures: u64 = 0;
+    // One wait for the whole loop: each new one would join (and leave) the
+    // token's waiter list, under its lock, twice per client.
+    let cancelled = token.cancelled();
+    tokio::pin!(cancelled);
+    loop {
+        // Out of descriptor budget: leave clients in the backlog until one
+        // leaves, rather than accept and fail them.
+        let slot = tokio::select! {
+            () = &mut cancelled => return,
+            s = shared.slots.clone().acquire_owned() => match s {
+                Ok(slot) => slot,
+                Err(_closed) => return,
+            },
+        };
+        let accepted = tokio::select! {
+            () = &mut cancelled => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                if failures > 0 {
+                    info!(pool = %pool.name, listen = ?local, failures, "accept_recovered");
+                    failures = 0;
+                }
+                backoff = None;
+                let keepalive = pool.config().keepalive;
+                if tuned != keepalive {
+                    // A reload changed the settings: this client was accepted
+                    // with the old ones, so set its own too.
+                    for result in [
+                        sockopt::tune(&listener, &keepalive),
+                        sockopt::tune(&stream, &keepalive),
+                    ] {
+                        if let Err(err) = result {
+                            debug!(pool = %pool.name, %err, "socket options on client failed");
+                        }
+                    }
+                    tuned = keepalive;
+                }
+                admit(stream, peer, &pool, &shared, slot);
+            }
+            // The client gave up before we got to it: nothing to do.
+            Err(e) if is_per_connection(&e) => {
+                debug!(pool = %pool.name, err = %e, "accept_aborted");
+            }
+            Err(e) => {
+                failures += 1;
+                let pause = backoff.map_or(BACKOFF_MIN, |b| (b * 2).min(BACKOFF_MAX));
+                if backoff.is_none() {
+                    // Once per episode; `accept_recovered` closes it with a count.
+                    warn!(pool = %pool.name, listen = ?local, err = e.to_string().as_str(), "accept_failed");
+                }
+                backoff = Some(pause);
+                tokio::select! {
+                    () = &mut cancelled => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+    }
+}
+
+fn admit(
+    stream: TcpStream,
+    peer: SocketAddr,
+    pool: &Arc<Pool>,
+    shared: &Shared,
+    slot: OwnedSemaphorePermit,
+) {
+    let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
+    let config = pool.config();
+    let reject = |reason| {
+        let (tracker, token) = (&shared.tracker, &pool.token);
+        shared
+            .rejects
+            .rejected(&pool.name, reason, conn, peer, tracker, token);
+    };
+    if !allowed(&config.allow, peer) {
+        reject(Reject::AllowList);
+        return;
+    }
+    let Some(admission) = pool.admit() else {
+        reject(Reject::MaxConnections);
+        return;
+    };
+    debug!(pool = %pool.name, conn, client = %peer, "accepted");
+    // Spawned directly: a wrapping future would enlarge every connection's task.
+    shared.tracker.spawn(session::serve(
+        pool.clone(),
+        stream,
+        peer,
+        conn,
+        (admission, slot),
+    ));
+}
+
+/// An empty allow-list admits everyone; IPv4-mapped IPv6 clients are matched
+/// as the IPv4 address they are.
+pub fn allowed(allow: &[IpNet], peer: SocketAddr) -> bool {
+    let ip = peer.ip().to_canonical();
+    allow.is_empty() || allow.iter().any(|net| net.contains(&ip))
+}
+
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_list_matches_v4_v6_and_mapped() {
+        let allow: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()];
+        let ok = |s: &str| allowed(&allow, s.parse().unwrap());
+        assert!(ok("127.0.0.1:5"));
+        assert!(ok("[::1]:5"));
+        assert!(ok("[::ffff:127.0.0.1]:5"));
+        assert!(!ok("127.0.0.2:5"));
+        assert!(!ok("[::ffff:127.0.0.2]:5"));
+        assert!(!ok("[::2]:5"));
+        assert!(allowed(&[], "10.1.2.3:4".parse().unwrap()));
+    }
+}

@@ -1,0 +1,15 @@
+//! The data path: accept a client, choose its backend through the pool,
+//! connect (with fail-over), splice bytes both ways until either side
+//! closes, and tell the pool how it ended. Also the socket options and the
+//! per-core worker runtimes the connections live on.
+//!
+//! Layer: on `pool` and `config`. Probes and runtime use its `connect`,
+//! `sockopt` and `workers`; it never uses them.
+
+pub mod connect;
+pub mod listener;
+pub mod reject_fold;
+pub mod session;
+pub mod sockopt;
+pub mod splice;
+pub mod workers;

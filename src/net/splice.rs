@@ -1,0 +1,386 @@
+//! Splice two TCP streams: raw bytes both ways, exactly and in order.
+//!
+//! Semantics (as `copy_bidirectional`, not a `select!` of two copies): an EOF
+//! one way half-closes the other socket's write side and the other direction
+//! keeps flowing; the splice ends when both ways have ended, on the first
+//! error (the other peer then gets a reset), on the idle timeout, or when the
+//! connection's [`Closer`] fires.
+//!
+//! Memory: a connection owns no buffer while its peers keep up. Each step
+//! reads into a per-worker scratch buffer and writes it on at once, without
+//! awaiting; only when the receiver is slow is the unwritten rest (at most one
+//! 32 KiB chunk per direction) copied out and held until it can be written,
+//! then freed. An idle connection holds no data buffer at all. Backpressure
+//! is the kernel's: nothing more is read until the previous chunk has been
+//! written.
+//!
+//! The splice is one hand-written poll function over both directions, not
+//! a combination of futures: its whole state is a few words per direction,
+//! held by every idle connection, and it waits on the sockets' own
+//! reader/writer wake slots.
+//!
+//! Syscalls: a read shorter than the buffer emptied the socket's receive
+//! queue, so it also clears the socket's readiness (as a `WouldBlock`
+//! would) instead of reading again only to be told so. That is safe with
+//! edge-triggered epoll: bytes that arrive after the read raise a new event,
+//! readiness is only cleared if no newer event came in meanwhile, and an
+//! EOF (`READ_CLOSED`) is never cleared.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io::{self, Read};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use socket2::SockRef;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+
+use crate::pool::close::{CloseReason, Closer};
+use crate::pool::registry::BackendStats;
+use crate::net::sockopt;
+
+/// Bytes moved per read/write while a direction is busy.
+const CHUNK: usize = 32 * 1024;
+
+/// Read-and-forward steps per direction per poll before going back to the
+/// scheduler, so one busy connection cannot starve the others.
+const STEPS_PER_WAKE: usize = 16;
+
+/// How a splice ended, for the `closed` event.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Bytes client → backend.
+    pub bytes_up: u64,
+    /// Bytes backend → client.
+    pub bytes_down: u64,
+    /// How the splice itself ended (a side closed or failed, or the idle
+    /// timeout), or the reason given to the connection's closer.
+    pub reason: CloseReason,
+    /// The I/O error, when there was one.
+    pub error: Option<io::Error>,
+}
+
+/// Splice `client` and `backend` until the connection ends; see the module
+/// docs for when that is. The future is the whole per-connection state.
+pub fn splice<'a>(
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
+    stats: &'a BackendStats,
+    idle_timeout: Option<Duration>,
+    closer: &'a Closer,
+) -> Splice<'a> {
+    Splice {
+        client,
+        backend,
+        stats,
+        closer,
+        up: Dir::default(),
+        down: Dir::default(),
+        first_eof: None,
+        idle: idle_timeout.map(|timeout| {
+            let last = Instant::now();
+            Box::new(Idle {
+                timeout,
+                last,
+                sleep: Box::pin(tokio::time::sleep_until(last + timeout)),
+            })
+        }),
+    }
+}
+
+impl Future for Splice<'_> {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = self.get_mut();
+        let (reason, error) = ready!(this.poll_both(cx));
+        Poll::Ready(Outcome {
+            bytes_up: this.up.moved,
+            bytes_down: this.down.moved,
+            reason,
+            error,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Backend,
+}
+
+/// Both directions of one connection: the future [`splice`] returns.
+pub struct Splice<'a> {
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
+    stats: &'a BackendStats,
+    closer: &'a Closer,
+    /// Client → backend.
+    up: Dir,
+    /// Backend → client.
+    down: Dir,
+    /// The side whose EOF came first.
+    first_eof: Option<Side>,
+    /// Only with an idle timeout (boxed: most connections have none).
+    idle: Option<Box<Idle>>,
+}
+
+struct Idle {
+    timeout: Duration,
+    /// When a byte last moved either way (read once per poll that moved any).
+    last: Instant,
+    sleep: Pin<Box<Sleep>>,
+}
+
+/// One direction's state.
+#[derive(Default)]
+struct Dir {
+    /// Bytes written to the receiver so far.
+    moved: u64,
+    /// Bytes read but not yet written while the receiver is slow; none
+    /// (and no allocation) otherwise.
+    held: Option<Box<Unwritten>>,
+    /// EOF read and everything before it written.
+    done: bool,
+}
+
+/// The unwritten rest of one chunk.
+struct Unwritten {
+    data: Vec<u8>,
+    /// How much of `data` has been written.
+    sent: usize,
+}
+
+/// An I/O error and whether it came from the reading socket (else the
+/// writing one).
+type Fault = (bool, io::Error);
+
+type Ended = (CloseReason, Option<io::Error>);
+
+impl Splice<'_> {
+    fn poll_both(&mut self, cx: &mut Context<'_>) -> Poll<Ended> {
+        if self.closer.poll_closed(cx).is_ready() {
+            return Poll::Ready((self.closer.reason(), None));
+        }
+        let before = self.up.moved + self.down.moved;
+        for side in [Side::Client, Side::Backend] {
+            let (from, to, dir, total) = match side {
+                Side::Client => (
+                    self.client,
+                    self.backend,
+                    &mut self.up,
+                    &self.stats.bytes_up,
+                ),
+                Side::Backend => (
+                    self.backend,
+                    self.client,
+                    &mut self.down,
+                    &self.stats.bytes_down,
+                ),
+            };
+            if dir.done {
+                continue;
+            }
+            match dir.pump(cx, from, to, total) {
+                Poll::Pending => {}
+                Poll::Ready(Ok(())) => {
+                    dir.done = true;
+                    self.first_eof.get_or_insert(side);
+                    // After the last direction ends both sockets close, which
+                    // sends the FIN anyway: half-close only the first.
+                    let other_done = match side {
+                        Side::Client => self.down.done,
+                        Side::Backend => self.up.done,
+                    };
+                    if !other_done && let Err(e) = sockopt::shutdown_write(to) {
+                        return Poll::Ready(self.fail(side.other(), e));
+                    }
+                }
+                Poll::Ready(Err((reading, e))) => {
+                    let failed = if reading { side } else { side.other() };
+                    return Poll::Ready(self.fail(failed, e));
+                }
+            }
+        }
+        if self.up.done && self.down.done {
+            let reason = match self.first_eof {
+                Some(Side::Backend) => CloseReason::BackendClosed,
+                _ => CloseReason::ClientClosed,
+            };
+            return Poll::Ready((reason, None));
+        }
+        if let Some(idle) = &mut self.idle {
+            if self.up.moved + self.down.moved != before {
+                idle.last = Instant::now();
+            }
+            if idle.poll_expired(cx).is_ready() {
+                return Poll::Ready((CloseReason::IdleTimeout, None));
+            }
+        }
+        Poll::Pending
+    }
+
+    /// End on an error of `side`'s socket; the other peer gets a reset, so
+    /// it learns it was an error and not a clean end.
+    fn fail(&self, side: Side, e: io::Error) -> Ended {
+        let (other, reason) = match side {
+            Side::Client => (self.backend, CloseReason::ClientError),
+            Side::Backend => (self.client, CloseReason::BackendError),
+        };
+        sockopt::reset_on_close(other);
+        (reason, Some(e))
+    }
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::Client => Side::Backend,
+            Side::Backend => Side::Client,
+        }
+    }
+}
+
+impl Idle {
+    /// Ready once no byte has moved for the timeout.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            ready!(self.sleep.as_mut().poll(cx));
+            let deadline = self.last + self.timeout;
+            if Instant::now() >= deadline {
+                return Poll::Ready(());
+            }
+            // Bytes moved since the timer was set: wait from the last one.
+            self.sleep.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl Dir {
+    /// Move bytes `from` → `to` until `from` would block (Pending, with the
+    /// task registered on whichever socket it waits for), EOF with nothing
+    /// left to write (Ready(Ok)), or an error.
+    fn pump(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &TcpStream,
+        to: &TcpStream,
+        total: &AtomicU64,
+    ) -> Poll<Result<(), Fault>> {
+        for _ in 0..STEPS_PER_WAKE {
+            // Whatever the receiver did not take last time goes first.
+            if let Some(held) = &mut self.held {
+                while held.sent < held.data.len() {
+                    ready!(to.poll_write_ready(cx)).map_err(|e| (false, e))?;
+                    match to.try_write(&held.data[held.sent..]) {
+                        Ok(0) => return Poll::Ready(Err((false, io::ErrorKind::WriteZero.into()))),
+                        Ok(n) => {
+                            held.sent += n;
+                            self.moved += n as u64;
+                            total.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                        // Readiness is cleared: the next round waits for it.
+                        Err(e) if is_transient(&e) => {}
+                        Err(e) => return Poll::Ready(Err((false, e))),
+                    }
+                }
+                // Give the buffer back: an idle connection holds none.
+                self.held = None;
+            }
+            ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
+            match step(from, to)? {
+                Forwarded::Moved(n) => self.count(n, total),
+                Forwarded::Partial { written, rest } => {
+                    self.count(written, total);
+                    self.held = Some(Box::new(Unwritten {
+                        data: rest,
+                        sent: 0,
+                    }));
+                }
+                Forwarded::Nothing => {}
+                Forwarded::Eof => return Poll::Ready(Ok(())),
+            }
+        }
+        // Busy: let the other tasks run, then carry on.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn count(&mut self, n: usize, total: &AtomicU64) {
+        self.moved += n as u64;
+        total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// One non-blocking read-and-forward step.
+enum Forwarded {
+    /// `n` bytes read and written in full.
+    Moved(usize),
+    /// Bytes read but only `written` of them written: `rest` waits for the
+    /// receiver.
+    Partial { written: usize, rest: Vec<u8> },
+    /// Nothing read (no data after all, or interrupted); readiness is
+    /// cleared where it was stale.
+    Nothing,
+    /// The reader sent FIN.
+    Eof,
+}
+
+thread_local! {
+    /// Per-worker scratch buffer: a step reads into it and writes from it
+    /// without awaiting, so no connection owns a buffer unless the other
+    /// side is slow (then only the unwritten rest is copied out).
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
+}
+
+/// Read once from `from` and write what came straight to `to`.
+fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault> {
+    SCRATCH.with_borrow_mut(|buf| {
+        let mut short = 0;
+        // A short read drained the socket: report it as `WouldBlock` so
+        // `try_io` clears the readiness now (see the module docs).
+        let read = from.try_io(Interest::READABLE, || {
+            let n = (&*SockRef::from(from)).read(buf)?;
+            if n > 0 && n < buf.len() {
+                short = n;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        let n = match read {
+            Ok(0) => return Ok(Forwarded::Eof),
+            Ok(n) => n,
+            Err(_) if short > 0 => short,
+            Err(e) if is_transient(&e) => return Ok(Forwarded::Nothing),
+            Err(e) => return Err((true, e)),
+        };
+        let mut done = 0;
+        while done < n {
+            match to.try_write(&buf[done..n]) {
+                Ok(0) => return Err((false, io::ErrorKind::WriteZero.into())),
+                Ok(k) => done += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let rest = buf[done..n].to_vec();
+                    return Ok(Forwarded::Partial {
+                        written: done,
+                        rest,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err((false, e)),
+            }
+        }
+        Ok(Forwarded::Moved(n))
+    })
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}

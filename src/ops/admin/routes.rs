@@ -1,0 +1,477 @@
+//! The admin routes: one request in, one response out. Every failure is a
+//! JSON `{"error": "..."}` answer with its status code; nothing here panics.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use percent_encoding::percent_decode_str;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::slots::NoSlot;
+use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
+use crate::ops::control::Control;
+use crate::ops::metrics;
+use crate::pool::status::BackendStatus;
+
+/// Largest request body accepted (bodies are ignored, but must end).
+pub const MAX_BODY: usize = 64 * 1024;
+/// Time a client gets to send its request body (bodies are small or empty,
+/// and a slow one holds a slot).
+const BODY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Budget for answering one request, body included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest manual quarantine accepted, in days: far beyond any
+/// maintenance, and keeps the window's end representable.
+const MAX_WINDOW_DAYS: u64 = 365;
+const MAX_WINDOW: Duration = Duration::from_secs(MAX_WINDOW_DAYS * 24 * 3600);
+
+/// What every request handler shares.
+pub struct Ctx {
+    /// The instance.
+    pub control: Control,
+    /// Cancelled at shutdown.
+    pub token: CancellationToken,
+}
+
+/// The answer to `POST .../quarantine` and `POST .../release`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendAnswer {
+    /// The pool.
+    pub pool: String,
+    /// The backend's status after the command.
+    pub backend: BackendStatus,
+    /// For a release: whether a quarantine was ended (false: it was not
+    /// quarantined, and nothing changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<bool>,
+}
+
+/// An error answer's body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorAnswer {
+    /// What went wrong, in one line.
+    pub error: String,
+}
+
+type Answer = Response<Full<Bytes>>;
+
+/// A request that could not be served, as an HTTP status and a message.
+struct Fail(StatusCode, String);
+
+impl Fail {
+    fn new(status: StatusCode, msg: impl Into<String>) -> Fail {
+        Fail(status, msg.into())
+    }
+}
+
+/// The admin routes.
+#[derive(Debug)]
+enum Route {
+    Status,
+    Metrics,
+    Healthz,
+    Reload,
+    Quarantine { pool: String, backend: String },
+    Release { pool: String, backend: String },
+}
+
+impl Route {
+    /// The route of `path`, or `None` for an unknown path.
+    fn parse(path: &str) -> Result<Option<Route>, Fail> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let route = match segments.as_slice() {
+            ["status"] => Route::Status,
+            ["metrics"] => Route::Metrics,
+            ["healthz"] => Route::Healthz,
+            ["reload"] => Route::Reload,
+            ["pools", pool, "backends", backend, action] => {
+                let (pool, backend) = (decode(pool)?, decode(backend)?);
+                match *action {
+                    "quarantine" => Route::Quarantine { pool, backend },
+                    "release" => Route::Release { pool, backend },
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(route))
+    }
+
+    fn allow(&self) -> &'static str {
+        match self {
+            Route::Status | Route::Metrics | Route::Healthz => "GET, HEAD",
+            Route::Reload | Route::Quarantine { .. } | Route::Release { .. } => "POST",
+        }
+    }
+
+    fn accepts(&self, method: &Method) -> bool {
+        match self {
+            Route::Status | Route::Metrics | Route::Healthz => {
+                method == Method::GET || method == Method::HEAD
+            }
+            _ => method == Method::POST,
+        }
+    }
+}
+
+/// An admin request as routed from its method and URI, before it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminRequest {
+    /// `GET /status`.
+    Status,
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /healthz`.
+    Healthz,
+    /// `POST /reload`.
+    Reload,
+    /// `POST /pools/{pool}/backends/{backend}/quarantine?for=...`.
+    Quarantine {
+        /// Pool name (percent-decoded).
+        pool: String,
+        /// Backend name (percent-decoded).
+        backend: String,
+        /// The `for` window.
+        window: Duration,
+    },
+    /// `POST /pools/{pool}/backends/{backend}/release`.
+    Release {
+        /// Pool name (percent-decoded).
+        pool: String,
+        /// Backend name (percent-decoded).
+        backend: String,
+    },
+}
+
+/// Why a request is refused before it runs.
+#[derive(Debug)]
+pub struct Refusal {
+    /// 400, 404 or 405.
+    pub status: StatusCode,
+    /// For the JSON `error` field.
+    pub message: String,
+    /// The `Allow` header of a 405.
+    pub allow: Option<&'static str>,
+}
+
+/// Route a request: unknown path 404, bad path encoding or `?for=` 400,
+/// wrong method 405. Pure: no state is read or changed.
+///
+/// # Errors
+/// The [`Refusal`] to send.
+pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, Refusal> {
+    let refuse = |Fail(status, message): Fail| Refusal {
+        status,
+        message,
+        allow: None,
+    };
+    let route = Route::parse(uri.path())
+        .map_err(refuse)?
+        .ok_or_else(|| refuse(Fail::new(StatusCode::NOT_FOUND, "no such admin route")))?;
+    if !route.accepts(method) {
+        let allow = route.allow();
+        return Err(Refusal {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!("method {method} not allowed; use {allow}"),
+            allow: Some(allow),
+        });
+    }
+    Ok(match route {
+        Route::Status => AdminRequest::Status,
+        Route::Metrics => AdminRequest::Metrics,
+        Route::Healthz => AdminRequest::Healthz,
+        Route::Reload => AdminRequest::Reload,
+        Route::Quarantine { pool, backend } => AdminRequest::Quarantine {
+            pool,
+            backend,
+            window: window(uri.query().unwrap_or("")).map_err(refuse)?,
+        },
+        Route::Release { pool, backend } => AdminRequest::Release { pool, backend },
+    })
+}
+
+/// A percent-decoded path segment.
+fn decode(segment: &str) -> Result<String, Fail> {
+    percent_decode_str(segment)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| Fail::new(StatusCode::BAD_REQUEST, "path is not valid UTF-8"))
+}
+
+/// Answer one request from `peer` (an allowed client holding a slot).
+pub async fn respond(req: Request<Incoming>, peer: SocketAddr, ctx: &Ctx) -> Answer {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let answer = match tokio::time::timeout(REQUEST_TIMEOUT, route(req, ctx)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(fail)) => error(fail),
+        Err(_) => error(Fail::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "request timed out",
+        )),
+    };
+    log(peer, &method, &path, &answer);
+    answer
+}
+
+/// Answer a request from `peer` that found no slot (`full` says why):
+/// `/healthz` as usual, since it needs nothing and a monitor must not see a
+/// live process as dead; anything else 503 (every slot taken) or 429 (the
+/// client's address holds its share), with `Retry-After`. The body is not
+/// read.
+pub fn reserved(req: &Request<Incoming>, peer: SocketAddr, full: NoSlot) -> Answer {
+    let answer = match parse_request(req.method(), req.uri()) {
+        Ok(AdminRequest::Healthz) => healthz(),
+        _ => {
+            let fail = match full {
+                NoSlot::Total => Fail::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("admin endpoint busy: all {MAX_CONNECTIONS} connections in use"),
+                ),
+                NoSlot::PerSource => Fail::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "too many admin connections from {} (at most {MAX_PER_SOURCE})",
+                        peer.ip().to_canonical()
+                    ),
+                ),
+            };
+            let mut answer = error(fail);
+            answer
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            answer
+        }
+    };
+    log(peer, req.method(), req.uri().path(), &answer);
+    answer
+}
+
+fn log(peer: SocketAddr, method: &Method, path: &str, answer: &Answer) {
+    debug!(
+        client = %peer, method = %method, path = %path,
+        status = answer.status().as_u16(), "admin_request"
+    );
+}
+
+fn healthz() -> Answer {
+    answer(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        Bytes::from_static(b"ok\n"),
+    )
+}
+
+async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let request = match parse_request(req.method(), req.uri()) {
+        Ok(request) => request,
+        Err(refusal) => {
+            let mut answer = error(Fail(refusal.status, refusal.message));
+            if let Some(allow) = refusal.allow {
+                answer
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            return Ok(answer);
+        }
+    };
+    read_body(req.into_body()).await?;
+    match request {
+        AdminRequest::Status => json(StatusCode::OK, &ctx.control.status()),
+        AdminRequest::Metrics => {
+            let text = metrics::render(&ctx.control.pools()).map_err(|_| {
+                Fail::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed")
+            })?;
+            Ok(answer(StatusCode::OK, metrics::CONTENT_TYPE, text.into()))
+        }
+        AdminRequest::Healthz => Ok(healthz()),
+        AdminRequest::Reload => reload(ctx).await,
+        AdminRequest::Quarantine {
+            pool,
+            backend,
+            window,
+        } => {
+            let p = find_pool(ctx, &pool)?;
+            p.quarantine(&backend, window).map_err(not_found)?;
+            backend_answer(ctx, pool, &backend, None)
+        }
+        AdminRequest::Release { pool, backend } => {
+            let p = find_pool(ctx, &pool)?;
+            let released = p.release(&backend).map_err(not_found)?;
+            backend_answer(ctx, pool, &backend, Some(released))
+        }
+    }
+}
+
+/// Read (and drop) the body, within [`MAX_BODY`] and [`BODY_TIMEOUT`].
+async fn read_body(body: Incoming) -> Result<(), Fail> {
+    let read = Limited::new(body, MAX_BODY).collect();
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(Fail::new(
+            StatusCode::BAD_REQUEST,
+            format!("reading the request body: {e}"),
+        )),
+        Err(_) => Err(Fail::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
+        )),
+    }
+}
+
+fn too_large() -> Fail {
+    Fail::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body over {MAX_BODY} bytes"),
+    )
+}
+
+/// The `for` query parameter: a humantime duration, more than zero.
+fn window(query: &str) -> Result<Duration, Fail> {
+    let bad = |msg: String| Fail::new(StatusCode::BAD_REQUEST, msg);
+    let value = url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "for")
+        .map(|(_, v)| v.into_owned())
+        .ok_or_else(|| bad("missing duration: add ?for=10m".to_owned()))?;
+    let window = humantime::parse_duration(&value)
+        .map_err(|e| bad(format!("bad duration {value:?}: {e}")))?;
+    if window.is_zero() {
+        return Err(bad("duration must be more than 0".to_owned()));
+    }
+    if window > MAX_WINDOW {
+        return Err(bad(format!(
+            "duration {value:?} is over the maximum of {MAX_WINDOW_DAYS} days"
+        )));
+    }
+    Ok(window)
+}
+
+async fn reload(ctx: &Ctx) -> Result<Answer, Fail> {
+    match ctx.control.reload().await {
+        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
+        Err(_) if ctx.token.is_cancelled() => Err(Fail::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server is shutting down",
+        )),
+        Err(err) => Err(Fail::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string())),
+    }
+}
+
+fn find_pool(ctx: &Ctx, name: &str) -> Result<std::sync::Arc<crate::pool::registry::Pool>, Fail> {
+    ctx.control
+        .pool(name)
+        .ok_or_else(|| Fail::new(StatusCode::NOT_FOUND, format!("no pool {name}")))
+}
+
+fn not_found(e: impl std::fmt::Display) -> Fail {
+    Fail::new(StatusCode::NOT_FOUND, e.to_string())
+}
+
+/// The backend's status now, in a [`BackendAnswer`].
+fn backend_answer(
+    ctx: &Ctx,
+    pool: String,
+    backend: &str,
+    released: Option<bool>,
+) -> Result<Answer, Fail> {
+    // The pool may have been removed by a reload in between: then it is gone.
+    let status = ctx
+        .control
+        .pool(&pool)
+        .and_then(|p| p.status().backends.into_iter().find(|b| b.name == backend))
+        .ok_or_else(|| {
+            Fail::new(
+                StatusCode::NOT_FOUND,
+                format!("pool {pool} has no backend {backend}"),
+            )
+        })?;
+    json(
+        StatusCode::OK,
+        &BackendAnswer {
+            pool,
+            backend: status,
+            released,
+        },
+    )
+}
+
+fn json(status: StatusCode, value: &impl Serialize) -> Result<Answer, Fail> {
+    let mut body = serde_json::to_vec_pretty(value).map_err(|e| {
+        Fail::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding JSON: {e}"),
+        )
+    })?;
+    body.push(b'\n');
+    Ok(answer(status, "application/json", body.into()))
+}
+
+fn error(Fail(status, msg): Fail) -> Answer {
+    let body = serde_json::to_vec(&ErrorAnswer { error: msg })
+        .unwrap_or_else(|_| br#"{"error":"unknown error"}"#.to_vec());
+    answer(status, "application/json", body.into())
+}
+
+fn answer(status: StatusCode, content_type: &'static str, body: Bytes) -> Answer {
+    let mut answer = Response::new(Full::new(body));
+    *answer.status_mut() = status;
+    answer
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_and_decode_names() {
+        assert!(matches!(Route::parse("/status"), Ok(Some(Route::Status))));
+        assert!(matches!(Route::parse("/nope"), Ok(None)));
+        assert!(matches!(Route::parse("/status/x"), Ok(None)));
+        match Route::parse("/pools/p/backends/%5B%3A%3A1%5D%3A9333/quarantine") {
+            Ok(Some(Route::Quarantine { pool, backend })) => {
+                assert_eq!((pool.as_str(), backend.as_str()), ("p", "[::1]:9333"));
+            }
+            _ => panic!("not parsed as a quarantine route"),
+        }
+        assert!(matches!(
+            Route::parse("/pools/p/backends/b/release"),
+            Ok(Some(Route::Release { .. }))
+        ));
+        assert!(matches!(
+            Route::parse("/pools/p/backends/b/other"),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn window_needs_a_positive_bounded_duration() {
+        assert_eq!(window("for=10m").ok(), Some(Duration::from_secs(600)));
+        assert_eq!(
+            window("x=1&for=1h%2030m").ok(),
+            Some(Duration::from_secs(5400))
+        );
+        for bad in ["", "for=", "for=soon", "for=0s", "for=100000y", "fo=1m"] {
+            assert!(
+                matches!(window(bad), Err(Fail(StatusCode::BAD_REQUEST, _))),
+                "{bad}"
+            );
+        }
+    }
+}

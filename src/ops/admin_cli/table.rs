@@ -1,0 +1,199 @@
+//! The `status` command's table: one block per pool, one row per backend.
+
+use std::fmt::Write;
+use std::time::{Duration, SystemTime};
+
+use crate::pool::status::{BackendStatus, PoolStatus, Status};
+
+const HEADER: [&str; 8] = [
+    "BACKEND",
+    "STATE",
+    "CONNS",
+    "HEIGHT",
+    "QUARANTINE",
+    "LAST PROBE",
+    "BYTES UP",
+    "BYTES DOWN",
+];
+/// Columns aligned right (numbers).
+const RIGHT: [bool; 8] = [false, false, true, true, false, false, true, true];
+
+/// `status` as text, with ages and remaining windows relative to `now`.
+pub fn render(status: &Status, now: SystemTime) -> String {
+    let mut out = format!(
+        "pin-proxy {}, up {}\n",
+        status.version,
+        humantime::format_duration(Duration::from_secs(status.uptime_s))
+    );
+    for pool in &status.pools {
+        out.push('\n');
+        pool_block(&mut out, pool, now);
+    }
+    out
+}
+
+fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
+    let listen: Vec<String> = pool.listen.iter().map(ToString::to_string).collect();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "pool {}  listen {}  connections {}",
+        pool.name,
+        listen.join(", "),
+        pool.connections
+    );
+    let mut rows = vec![HEADER.map(str::to_owned)];
+    rows.extend(pool.backends.iter().map(|b| row(b, now)));
+    let widths: Vec<usize> = (0..HEADER.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .zip(RIGHT)
+            .map(|((cell, &w), right)| {
+                if right {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
+    }
+}
+
+fn row(b: &BackendStatus, now: SystemTime) -> [String; 8] {
+    let name = if b.backup {
+        format!("{} (backup)", b.name)
+    } else {
+        b.name.clone()
+    };
+    let quarantine = b.quarantine.as_ref().map_or_else(
+        || "-".to_owned(),
+        |q| match parse(&q.until) {
+            Some(until) => format!("{} until {} ({} left)", q.reason, q.until, age(now, until)),
+            None => format!("{} until {}", q.reason, q.until),
+        },
+    );
+    let probe = b.last_probe.as_ref().map_or_else(
+        || "-".to_owned(),
+        |p| match parse(&p.at) {
+            Some(at) => format!("{} {} ago", p.outcome, age(at, now)),
+            None => p.outcome.clone(),
+        },
+    );
+    [
+        name,
+        b.state.clone(),
+        b.connections.to_string(),
+        b.height.map_or_else(|| "-".to_owned(), |h| h.to_string()),
+        quarantine,
+        probe,
+        bytes(b.bytes_up),
+        bytes(b.bytes_down),
+    ]
+}
+
+fn parse(rfc3339: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(rfc3339).ok()
+}
+
+/// `to - from`, whole seconds, `0s` if negative.
+fn age(from: SystemTime, to: SystemTime) -> String {
+    let d = to.duration_since(from).unwrap_or(Duration::ZERO);
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// `812 B`, `1.5 KiB`, `3.2 GiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.1} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::status::{ProbeStatus, QuarantineStatus};
+
+    fn backend(name: &str) -> BackendStatus {
+        BackendStatus {
+            name: name.to_owned(),
+            addr: "127.0.0.1:1".to_owned(),
+            backup: false,
+            state: "healthy".to_owned(),
+            connections: 12,
+            height: Some(2_700_000),
+            quarantine: None,
+            strikes: 0,
+            last_probe: Some(ProbeStatus {
+                at: "2026-01-01T00:00:00Z".to_owned(),
+                outcome: "healthy".to_owned(),
+                detail: String::new(),
+            }),
+            bytes_up: 1536,
+            bytes_down: 5 * 1024 * 1024 * 1024,
+        }
+    }
+
+    #[test]
+    fn table_shows_every_column() {
+        let mut q = backend("b");
+        q.state = "quarantined".to_owned();
+        q.backup = true;
+        q.quarantine = Some(QuarantineStatus {
+            until: "2026-01-01T00:10:30Z".to_owned(),
+            reason: "manual".to_owned(),
+        });
+        let status = Status {
+            version: "1.0.0".to_owned(),
+            uptime_s: 3700,
+            pools: vec![PoolStatus {
+                name: "p".to_owned(),
+                listen: vec!["127.0.0.1:9333".parse().unwrap()],
+                connections: 12,
+                backends: vec![backend("a"), q],
+            }],
+        };
+        let now = humantime::parse_rfc3339("2026-01-01T00:00:30Z").unwrap();
+        let text = render(&status, now);
+        assert!(
+            text.contains("pool p  listen 127.0.0.1:9333  connections 12"),
+            "{text}"
+        );
+        let a = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("a "))
+            .unwrap();
+        for cell in [
+            "healthy",
+            "12",
+            "2700000",
+            "healthy 30s ago",
+            "1.5 KiB",
+            "5.0 GiB",
+        ] {
+            assert!(a.contains(cell), "{cell} not in {a}");
+        }
+        let b = text.lines().find(|l| l.contains("b (backup)")).unwrap();
+        assert!(b.contains("quarantined"), "{b}");
+        assert!(
+            b.contains("manual until 2026-01-01T00:10:30Z (10m left)"),
+            "{b}"
+        );
+        assert_eq!(bytes(0), "0 B");
+    }
+}

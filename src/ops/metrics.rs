@@ -1,0 +1,259 @@
+//! `GET /metrics`: the pools' counters and gauges in the Prometheus text
+//! format, encoded by `prometheus-client` from a fresh snapshot per scrape.
+//!
+//! The registry is rebuilt on every scrape from the registry's atomics, so a
+//! backend removed by a reload disappears and one added appears, and every
+//! configured backend's counters are present (at 0) from start-up.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::pool::health::{ProbeOutcome, QuarantineReason};
+use crate::pool::registry::{BackendStats, Pool};
+
+/// `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    pool: String,
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BytesLabels {
+    pool: String,
+    backend: String,
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    pool: String,
+    backend: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    pool: String,
+    backend: String,
+    reason: &'static str,
+}
+
+/// One backend's figures, copied out under the pool lock.
+struct Sample {
+    labels: BackendLabels,
+    active: usize,
+    usable: bool,
+    height: Option<u64>,
+    stats: Arc<BackendStats>,
+}
+
+/// Every metric family of one scrape. `prometheus-client` appends `_total`
+/// to counter names, so counters are registered without it.
+#[derive(Default)]
+struct Families {
+    active: Family<BackendLabels, Gauge>,
+    connections: Family<BackendLabels, Counter>,
+    connect_failures: Family<BackendLabels, Counter>,
+    bytes: Family<BytesLabels, Counter>,
+    usable: Family<BackendLabels, Gauge>,
+    height: Family<BackendLabels, Gauge>,
+    probes: Family<OutcomeLabels, Counter>,
+    rebalance_moves: Family<PoolLabels, Counter>,
+    quarantines: Family<ReasonLabels, Counter>,
+}
+
+impl Families {
+    fn register(self) -> Registry {
+        let mut r = Registry::default();
+        r.register(
+            "pin_proxy_active_connections",
+            "Live client connections per backend",
+            self.active,
+        );
+        r.register(
+            "pin_proxy_connections",
+            "Client connections spliced to the backend since start",
+            self.connections,
+        );
+        r.register(
+            "pin_proxy_connect_failures",
+            "Failed backend connects from client traffic since start",
+            self.connect_failures,
+        );
+        r.register(
+            "pin_proxy_bytes",
+            "Bytes spliced since start; up is client to backend, down is backend to client",
+            self.bytes,
+        );
+        r.register(
+            "pin_proxy_backend_usable",
+            "1 while the backend takes new clients (healthy or unknown), else 0",
+            self.usable,
+        );
+        r.register(
+            "pin_proxy_backend_height",
+            "Last block height a probe read from the backend",
+            self.height,
+        );
+        r.register(
+            "pin_proxy_probes",
+            "Probe results by outcome since start",
+            self.probes,
+        );
+        r.register(
+            "pin_proxy_rebalance_moves",
+            "Connections closed by the rebalancer so their clients land elsewhere",
+            self.rebalance_moves,
+        );
+        r.register(
+            "pin_proxy_quarantines",
+            "Quarantines by reason since start",
+            self.quarantines,
+        );
+        r
+    }
+}
+
+/// The Prometheus text for `pools`, as served on `/metrics`.
+///
+/// Each pool's lock is held only while its figures are copied out.
+///
+/// # Errors
+/// Only if the encoder fails to write into the string (it does not in
+/// practice); surfaced rather than unwrapped.
+pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
+    let families = Families::default();
+    for pool in pools {
+        let pool_labels = PoolLabels {
+            pool: pool.name.clone(),
+        };
+        let moves = pool.rebalance_moves.load(Ordering::Relaxed);
+        families
+            .rebalance_moves
+            .get_or_create(&pool_labels)
+            .inc_by(moves);
+        for s in samples(pool) {
+            add(&families, &s);
+        }
+    }
+    let mut out = String::new();
+    prometheus_text::encode(&mut out, &families.register())?;
+    Ok(out)
+}
+
+/// Copy out one pool's figures under its lock.
+fn samples(pool: &Pool) -> Vec<Sample> {
+    pool.backends()
+        .iter()
+        .map(|b| Sample {
+            labels: BackendLabels {
+                pool: pool.name.clone(),
+                backend: b.config.name.clone(),
+            },
+            active: b.conns.len(),
+            usable: b.health.is_usable(),
+            height: b.height,
+            stats: b.stats.clone(),
+        })
+        .collect()
+}
+
+/// Add one backend's figures to the families.
+fn add(f: &Families, s: &Sample) {
+    let l = &s.labels;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    f.active.get_or_create(l).set(saturate(s.active as u64));
+    f.usable.get_or_create(l).set(i64::from(s.usable));
+    if let Some(h) = s.height {
+        f.height.get_or_create(l).set(saturate(h));
+    }
+    f.connections
+        .get_or_create(l)
+        .inc_by(load(&s.stats.connections_total));
+    f.connect_failures
+        .get_or_create(l)
+        .inc_by(load(&s.stats.connect_failures_total));
+    for (direction, n) in [("up", &s.stats.bytes_up), ("down", &s.stats.bytes_down)] {
+        let labels = BytesLabels {
+            pool: l.pool.clone(),
+            backend: l.backend.clone(),
+            direction,
+        };
+        f.bytes.get_or_create(&labels).inc_by(load(n));
+    }
+    for outcome in ProbeOutcome::ALL {
+        let labels = OutcomeLabels {
+            pool: l.pool.clone(),
+            backend: l.backend.clone(),
+            outcome: outcome.as_str(),
+        };
+        let n = &s.stats.probes[outcome.index()];
+        f.probes.get_or_create(&labels).inc_by(load(n));
+    }
+    for reason in QuarantineReason::ALL {
+        let labels = ReasonLabels {
+            pool: l.pool.clone(),
+            backend: l.backend.clone(),
+            reason: reason.as_str(),
+        };
+        let n = &s.stats.quarantines[reason.index()];
+        f.quarantines.get_or_create(&labels).inc_by(load(n));
+    }
+}
+
+/// A gauge value; figures beyond `i64::MAX` cannot occur, but saturate
+/// rather than wrap.
+fn saturate(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use tokio_util::sync::CancellationToken;
+
+    fn pool() -> Arc<Pool> {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n      - { name: \"a\\\"b\", addr: 127.0.0.1:1 }\n      - 127.0.0.1:2\n";
+        let config =
+            Config::parse(yaml, std::path::Path::new("t.yaml")).expect("valid test config");
+        Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()))
+    }
+
+    #[test]
+    fn counters_are_named_as_the_contract_and_present_at_zero() {
+        let text = render(&[pool()]).expect("render");
+        for name in [
+            "pin_proxy_connections_total{",
+            "pin_proxy_connect_failures_total{",
+            "pin_proxy_bytes_total{",
+            "pin_proxy_probes_total{",
+            "pin_proxy_quarantines_total{",
+            "pin_proxy_rebalance_moves_total{pool=\"p\"} 0",
+            "pin_proxy_active_connections{",
+            "pin_proxy_backend_usable{",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        assert!(!text.contains("_total_total"), "{text}");
+        // No height before a probe has read one.
+        assert!(!text.contains("pin_proxy_backend_height{"), "{text}");
+        // Label values are escaped by the encoder.
+        assert!(text.contains(r#"backend="a\"b""#), "{text}");
+    }
+}

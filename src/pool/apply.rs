@@ -1,0 +1,308 @@
+//! The one place health events change a pool: connect outcomes from client
+//! traffic, probe reports, manual quarantine and release. Each applies the
+//! pure rules of [`crate::pool::health`] under the pool lock, logs what changed and
+//! re-runs the drain check whenever a backend's usability changed.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::pool::close::CloseReason;
+use crate::config::PoolConfig;
+use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
+use crate::pool::lag::{self, Claim, Judgement};
+use crate::pool::report::{Proof, Report, Verdict};
+use crate::pool::registry::{Backend, BackendId, Pool, ProbeRecord};
+
+/// A manual command named a backend the pool does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pool {pool} has no backend {backend}")]
+pub struct UnknownBackend {
+    /// The pool.
+    pub pool: String,
+    /// The name asked for.
+    pub backend: String,
+}
+
+/// The heights of `backends` other than `except` that the lag rule weighs:
+/// those whose state comes from their probes (not quarantined for another
+/// reason).
+fn claims(backends: &[Backend], except: BackendId) -> Vec<Claim> {
+    backends
+        .iter()
+        .filter(|b| b.id != except)
+        .filter_map(|b| {
+            let state = b.health.state();
+            let weighed = matches!(state, State::Healthy | State::Unknown | State::Lagging);
+            Some(Claim {
+                height: b.height.filter(|_| weighed)?,
+                proven: b.proven,
+                healthy: state == State::Healthy,
+            })
+        })
+        .collect()
+}
+
+/// The detail of a claim that does not count.
+fn unproven(height: u64, best_other: u64, max_lag: u64, proof: &Proof) -> String {
+    let why = match proof {
+        Proof::Unproven(why) => why.as_str(),
+        Proof::Proven | Proof::NotAsked => "no headers were checked",
+    };
+    format!(
+        "height {height} not counted: more than {max_lag} blocks above every other backend \
+         (best {best_other}) and not proven: {why}"
+    )
+}
+
+impl Pool {
+    /// Record the outcome of a client connect to `backend` that began at
+    /// `started`.
+    pub fn record_connect(&self, backend: BackendId, started: Instant, ok: bool) {
+        if ok {
+            let mut backends = self.backends();
+            if let Some(b) = Pool::find(&mut backends, backend) {
+                b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
+                b.health.connect_succeeded();
+            }
+            return;
+        }
+        self.record_failure(backend, |_, b, policy| {
+            b.health.connect_failed(started, Instant::now(), policy)
+        });
+    }
+
+    /// A client connection to `backend` that began at `started` was closed
+    /// by the backend at once, before it sent a byte: what a node that
+    /// banned our address does to every client. Counts toward
+    /// `quarantine.failures` like a failed connect, one incident once.
+    pub fn record_closed_at_once(&self, backend: BackendId, started: Instant) {
+        self.record_failure(backend, |pool, b, policy| {
+            let (effect, counted) = b.health.closed_at_once(started, Instant::now(), policy);
+            let closing = b.health.closes_at_once > 0;
+            b.stats.closing_at_once.store(closing, Ordering::Relaxed);
+            if counted {
+                warn!(
+                    pool = %pool.name, backend = %b.config.name,
+                    closes = b.health.closes_at_once, failures = policy.failures,
+                    "closed_at_once"
+                );
+            }
+            effect
+        });
+    }
+
+    /// A client connection received bytes from `backend`: the closes at
+    /// once counted so far were not the backend refusing clients.
+    pub fn record_served(&self, backend: BackendId) {
+        let mut backends = self.backends();
+        if let Some(b) = Pool::find(&mut backends, backend) {
+            b.health.served();
+            b.stats.closing_at_once.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// A client connect or a probe found `backend`'s address to be our own
+    /// listener `to`: take it out at once (logged once per window).
+    pub fn record_self_loop(&self, backend: BackendId, to: std::net::SocketAddr) {
+        self.record_failure(backend, |pool, b, policy| {
+            let effect = b.health.self_loop(Instant::now(), policy);
+            if effect != Effect::None {
+                warn!(
+                    pool = %pool.name, backend = %b.config.name, addr = b.config.addr.as_str(),
+                    listener = %to, "self_loop"
+                );
+            }
+            effect
+        });
+    }
+
+    /// Count a failure of client traffic on `backend`, apply it with
+    /// `apply`, and act on the effect.
+    fn record_failure(
+        &self,
+        backend: BackendId,
+        apply: impl FnOnce(&Pool, &mut Backend, &Policy) -> Effect,
+    ) {
+        let config = self.config();
+        let mut backends = self.backends();
+        let Some(b) = Pool::find(&mut backends, backend) else {
+            return;
+        };
+        b.stats
+            .connect_failures_total
+            .fetch_add(1, Ordering::Relaxed);
+        let effect = apply(self, b, &Policy::of(&config));
+        if self.report(b, effect) {
+            self.drain(&mut backends, &config);
+        }
+    }
+
+    /// The epoch of `backend` now; a probe passes it back to
+    /// [`Pool::apply_probe`] so a result that raced a manual change is dropped.
+    pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {
+        let mut backends = self.backends();
+        Pool::find(&mut backends, backend).map(|b| b.health.epoch)
+    }
+
+    /// True when `backend`'s claim of `height` counts only once proven: it
+    /// would make another backend lag, and no other backend is near it.
+    pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {
+        let max_lag = self.config().health.max_lag_blocks;
+        let backends = self.backends();
+        lag::needs_proof(height, &claims(&backends, backend), max_lag)
+    }
+
+    /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
+    pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
+        let config = self.config();
+        let mut backends = self.backends();
+        let others = claims(&backends, backend);
+        let Some(b) = Pool::find(&mut backends, backend) else {
+            return;
+        };
+        if b.health.epoch != epoch {
+            debug!(pool = %self.name, backend = %b.config.name, "probe_stale");
+            return;
+        }
+        if report.height.is_some() {
+            b.height = report.height;
+            b.proven = report.proof == Proof::Proven;
+        }
+        let max_lag = config.health.max_lag_blocks;
+        let mut detail = None;
+        let outcome = match report.verdict {
+            Verdict::Healthy => match report
+                .height
+                .map(|h| (h, lag::judge(h, b.proven, &others, max_lag)))
+            {
+                Some((_, Judgement::Lagging { .. })) => ProbeOutcome::Lagging,
+                Some((h, Judgement::Unproven { best_other })) => {
+                    detail = Some(unproven(h, best_other, max_lag, &report.proof));
+                    ProbeOutcome::Unknown
+                }
+                Some((_, Judgement::Fine)) | None => ProbeOutcome::Healthy,
+            },
+            Verdict::Unknown => ProbeOutcome::Unknown,
+            Verdict::Unhealthy => ProbeOutcome::Unhealthy,
+            Verdict::Down => ProbeOutcome::Down,
+        };
+        b.stats.probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        let detail = detail.unwrap_or_else(|| report.detail.clone());
+        if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
+            info!(
+                pool = %self.name, backend = %b.config.name, outcome = outcome.as_str(),
+                height = report.height, detail = detail.as_str(), "probe"
+            );
+        }
+        b.last_probe = Some(ProbeRecord {
+            at: SystemTime::now(),
+            outcome,
+            detail,
+        });
+        let was_usable = b.health.is_usable();
+        let effect = b.health.probe(outcome, now, &Policy::of(&config));
+        let changed = self.report(b, effect) || was_usable != b.health.is_usable();
+        if changed {
+            self.drain(&mut backends, &config);
+        }
+    }
+
+    /// Put the backend named `name` into maintenance for exactly `window`.
+    ///
+    /// # Errors
+    /// When the pool has no such backend.
+    pub fn quarantine(&self, name: &str, window: Duration) -> Result<(), UnknownBackend> {
+        let config = self.config();
+        let mut backends = self.backends();
+        let b = self.by_name(&mut backends, name)?;
+        b.health.quarantine_manual(window, Instant::now());
+        self.report(
+            b,
+            Effect::Quarantined {
+                reason: QuarantineReason::Manual,
+                window,
+            },
+        );
+        self.drain(&mut backends, &config);
+        Ok(())
+    }
+
+    /// End the backend's quarantine window now; it returns once `rise`
+    /// probes pass. `Ok(false)` when it was not quarantined (nothing changes).
+    ///
+    /// # Errors
+    /// When the pool has no such backend.
+    pub fn release(&self, name: &str) -> Result<bool, UnknownBackend> {
+        let mut backends = self.backends();
+        let b = self.by_name(&mut backends, name)?;
+        let ended = b.health.release(Instant::now());
+        if ended {
+            info!(pool = %self.name, backend = %b.config.name, "release_requested");
+        }
+        Ok(ended)
+    }
+
+    fn by_name<'a>(
+        &self,
+        backends: &'a mut [Backend],
+        name: &str,
+    ) -> Result<&'a mut Backend, UnknownBackend> {
+        backends
+            .iter_mut()
+            .find(|b| b.config.name == name)
+            .ok_or_else(|| UnknownBackend {
+                pool: self.name.clone(),
+                backend: name.to_owned(),
+            })
+    }
+
+    /// Log an effect and count it; true if it changed usability.
+    fn report(&self, b: &Backend, effect: Effect) -> bool {
+        match effect {
+            Effect::None => false,
+            Effect::Quarantined { reason, window } => {
+                b.stats.quarantines[reason.index()].fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    pool = %self.name, backend = %b.config.name, reason = reason.as_str(),
+                    window_ms = window.as_millis() as u64, strikes = b.health.strikes,
+                    "quarantined"
+                );
+                true
+            }
+            Effect::Released => {
+                info!(pool = %self.name, backend = %b.config.name, height = b.height, "released");
+                true
+            }
+        }
+    }
+
+    /// Close the connections of every unusable backend, but only while some
+    /// backend is usable: the last leg is kept. Runs after every usability
+    /// change, so a kept leg is drained as soon as a peer becomes usable.
+    /// A backend whose window is over is left to its next probe: two
+    /// backends released together both keep their clients, whichever
+    /// passes its probe first.
+    fn drain(&self, backends: &mut [Backend], config: &PoolConfig) {
+        if !config.health.drain || !backends.iter().any(|b| b.health.is_usable()) {
+            return;
+        }
+        let now = Instant::now();
+        let out = |b: &&Backend| !b.health.is_usable() && !b.health.awaiting_return(now);
+        for b in backends.iter().filter(out) {
+            let mut closed = 0u64;
+            for entry in b.conns.values().filter(|e| e.closer.is_movable()) {
+                entry.closer.close(CloseReason::Drained);
+                closed += 1;
+            }
+            if closed > 0 {
+                info!(
+                    pool = %self.name, backend = %b.config.name, connections = closed,
+                    reason = b.health.state().as_str(), "drained"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Why a connection closed, and the [`Closer`] that closes one from outside.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll};
+
+use atomic_waker::AtomicWaker;
+
+/// Why a client connection closed: the `reason` of its `closed` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// The client ended its side first, then the backend did.
+    ClientClosed = 1,
+    /// The backend ended its side first, then the client did.
+    BackendClosed,
+    /// An I/O error on the client's socket.
+    ClientError,
+    /// An I/O error on the backend's socket.
+    BackendError,
+    /// No byte either way for `idle_timeout`.
+    IdleTimeout,
+    /// The process is shutting down.
+    Shutdown,
+    /// Its backend was taken out while another is usable.
+    Drained,
+    /// Moved off the busiest backend by the rebalancer.
+    Rebalanced,
+    /// Its backend is gone from the config after a reload.
+    BackendRemoved,
+    /// Its pool is gone from the config after a reload.
+    PoolRemoved,
+    /// Every candidate backend failed to connect.
+    NoBackend,
+    /// This process ran out of descriptors or memory while connecting.
+    LocalResources,
+}
+
+impl CloseReason {
+    /// Every reason, in discriminant order (the first is 1).
+    const ALL: [CloseReason; 12] = [
+        CloseReason::ClientClosed,
+        CloseReason::BackendClosed,
+        CloseReason::ClientError,
+        CloseReason::BackendError,
+        CloseReason::IdleTimeout,
+        CloseReason::Shutdown,
+        CloseReason::Drained,
+        CloseReason::Rebalanced,
+        CloseReason::BackendRemoved,
+        CloseReason::PoolRemoved,
+        CloseReason::NoBackend,
+        CloseReason::LocalResources,
+    ];
+
+    /// The name used in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::ClientClosed => "client_closed",
+            CloseReason::BackendClosed => "backend_closed",
+            CloseReason::ClientError => "client_error",
+            CloseReason::BackendError => "backend_error",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Shutdown => "shutdown",
+            CloseReason::Drained => "drained",
+            CloseReason::Rebalanced => "rebalanced",
+            CloseReason::BackendRemoved => "backend_removed",
+            CloseReason::PoolRemoved => "pool_removed",
+            CloseReason::NoBackend => "no_backend",
+            CloseReason::LocalResources => "local_resources",
+        }
+    }
+
+    /// True when the backend ended the connection (cleanly or not).
+    pub fn by_backend(self) -> bool {
+        matches!(self, CloseReason::BackendClosed | CloseReason::BackendError)
+    }
+
+    fn from_u8(n: u8) -> Option<CloseReason> {
+        CloseReason::ALL
+            .get(usize::from(n).checked_sub(1)?)
+            .copied()
+    }
+}
+
+/// Closes one connection from outside, with a reason for its `closed` event.
+///
+/// Small on purpose (one per live connection): a state byte, a reason byte
+/// and the waker of the one task that serves the connection.
+#[derive(Debug, Default)]
+pub struct Closer {
+    state: AtomicU8,
+    /// A [`CloseReason`] discriminant; 0 while none was given.
+    reason: AtomicU8,
+    waker: AtomicWaker,
+}
+
+const SPLICED: u8 = 1;
+const CLOSING: u8 = 2;
+
+impl Closer {
+    /// An open closer. Pool shutdown reaches it through the pool's registry
+    /// ([`Pool::stop`](crate::pool::registry::Pool::stop)), not through a token of
+    /// its own.
+    pub fn new() -> Closer {
+        Closer::default()
+    }
+
+    /// The backend leg is up and bytes flow: from now on drain and
+    /// rebalance may close it. A client still connecting is left alone (it
+    /// fails over by itself if its backend went bad).
+    pub fn set_spliced(&self) {
+        self.state.fetch_or(SPLICED, Ordering::AcqRel);
+    }
+
+    /// True once spliced and not yet asked to close: what drain and
+    /// rebalance may act on.
+    pub fn is_movable(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SPLICED
+    }
+
+    /// Ask the connection to close; the first reason given wins.
+    pub fn close(&self, reason: CloseReason) {
+        // A second reason for the same close is not news: keep the first,
+        // so a failed exchange is the expected case, not an error.
+        let _ = self
+            .reason
+            .compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.state.fetch_or(CLOSING, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// Ready once the connection must close; otherwise registers the task
+    /// to be woken then. Only the connection's own task polls this.
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_closing() {
+            return Poll::Ready(());
+        }
+        self.waker.register(cx.waker());
+        // A close between the check and the registration woke nobody.
+        if self.is_closing() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Resolves once the connection must close. Cancel-safe.
+    pub async fn closed(&self) {
+        std::future::poll_fn(|cx| self.poll_closed(cx)).await
+    }
+
+    /// True once asked to close.
+    pub fn is_closing(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CLOSING != 0
+    }
+
+    /// Why it was closed: the first reason given, `Shutdown` when none was.
+    pub fn reason(&self) -> CloseReason {
+        CloseReason::from_u8(self.reason.load(Ordering::Acquire)).unwrap_or(CloseReason::Shutdown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closer_is_movable_only_while_spliced_and_open() {
+        let closer = Closer::new();
+        assert!(!closer.is_movable(), "still connecting");
+        closer.set_spliced();
+        assert!(closer.is_movable());
+        closer.close(CloseReason::Drained);
+        closer.close(CloseReason::Rebalanced);
+        assert!(!closer.is_movable());
+        assert_eq!(
+            closer.reason(),
+            CloseReason::Drained,
+            "the first reason wins"
+        );
+    }
+
+    #[test]
+    fn no_reason_given_means_shutdown() {
+        assert_eq!(Closer::new().reason(), CloseReason::Shutdown);
+    }
+
+    #[test]
+    fn every_reason_survives_the_byte_it_is_stored_in() {
+        for r in CloseReason::ALL {
+            assert_eq!(CloseReason::from_u8(r as u8), Some(r));
+        }
+        assert_eq!(CloseReason::from_u8(0), None);
+    }
+
+    /// One per live connection: the reason takes a byte, not a slot.
+    #[test]
+    fn a_closer_stays_small() {
+        assert!(std::mem::size_of::<Closer>() <= 32);
+    }
+}

@@ -1,0 +1,455 @@
+//! Per-pool state: backends, their health, their live connections and counters.
+//!
+//! One `Mutex` per pool guards membership, health and connection sets
+//! together, so selection sees them in step and reserves its slot in the same
+//! critical section (concurrent clients spread 3/2/2, never 7/0/0). The lock
+//! is never held across an `.await`. Byte counters are atomics the splice
+//! updates without the lock.
+//!
+//! Each connection registers a [`Closer`] so any one of them can be closed
+//! from outside (drain, rebalance: "the busiest backend's newest connection";
+//! connection ids grow, so the newest is the largest).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
+use crate::pool::close::{CloseReason, Closer};
+use crate::config::{BackendConfig, PoolConfig};
+use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
+use crate::pool::select::{self, Candidate};
+use crate::pool::own::OwnListeners;
+
+/// Process-wide connection id, as logged in `conn`.
+pub type ConnId = u64;
+
+/// Stable identity of a backend within its pool (survives reloads).
+pub type BackendId = u64;
+
+/// Cumulative counters of one backend, shared with its connections.
+#[derive(Debug, Default)]
+pub struct BackendStats {
+    /// Client connections spliced to it.
+    pub connections_total: AtomicU64,
+    /// Failed connects from client traffic (closes at once included).
+    pub connect_failures_total: AtomicU64,
+    /// Some client connections were closed at once since one was served:
+    /// the next one that receives bytes tells the pool (see
+    /// [`Pool::record_served`]). Read without the lock on every close.
+    pub closing_at_once: AtomicBool,
+    /// Bytes client → backend.
+    pub bytes_up: AtomicU64,
+    /// Bytes backend → client.
+    pub bytes_down: AtomicU64,
+    /// Probe results by outcome, at [`ProbeOutcome::index`].
+    pub probes: [AtomicU64; ProbeOutcome::ALL.len()],
+    /// Quarantines by reason, at [`QuarantineReason::index`].
+    pub quarantines: [AtomicU64; QuarantineReason::ALL.len()],
+}
+
+/// The last probe of a backend, as `/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeRecord {
+    /// When it finished.
+    pub at: SystemTime,
+    /// What it found.
+    pub outcome: ProbeOutcome,
+    /// Why, in a few words.
+    pub detail: String,
+}
+
+/// A live connection as the registry knows it (one per connection: kept
+/// small).
+#[derive(Debug, Clone)]
+pub struct ConnEntry {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// Closes it.
+    pub closer: Arc<Closer>,
+}
+
+/// One backend of a pool.
+#[derive(Debug)]
+pub struct Backend {
+    /// Stable id.
+    pub id: BackendId,
+    /// Its config.
+    pub config: Arc<BackendConfig>,
+    /// Its health record.
+    pub health: BackendHealth,
+    /// Last block height a probe read.
+    pub height: Option<u64>,
+    /// That height was proven by the node's headers.
+    pub proven: bool,
+    /// Last probe result.
+    pub last_probe: Option<ProbeRecord>,
+    /// Live connections, oldest first.
+    pub conns: BTreeMap<ConnId, ConnEntry>,
+    /// Its counters.
+    pub stats: Arc<BackendStats>,
+}
+
+impl Backend {
+    /// A backend with a fresh record.
+    pub fn new(id: BackendId, config: BackendConfig) -> Backend {
+        Backend {
+            id,
+            config: Arc::new(config),
+            health: BackendHealth::default(),
+            height: None,
+            proven: false,
+            last_probe: None,
+            conns: BTreeMap::new(),
+            stats: Arc::default(),
+        }
+    }
+}
+
+/// Where a chosen connection goes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Backend id.
+    pub id: BackendId,
+    /// Its settings as they were when chosen: `name` for logs, `addr`
+    /// (`host:port`) to resolve and connect.
+    pub config: Arc<BackendConfig>,
+    /// Counters to update.
+    pub stats: Arc<BackendStats>,
+    /// It was usable when chosen (false: a fail-open attempt).
+    pub usable: bool,
+}
+
+/// A pool and its mutable state.
+#[derive(Debug)]
+pub struct Pool {
+    /// Pool name.
+    pub name: String,
+    config: ArcSwap<PoolConfig>,
+    listen: ArcSwap<Vec<SocketAddr>>,
+    backends: Mutex<Vec<Backend>>,
+    clients: AtomicUsize,
+    /// Connections moved by the rebalancer.
+    pub rebalance_moves: AtomicU64,
+    /// Cancelled when the pool stops (shutdown or removal by reload).
+    pub token: CancellationToken,
+    /// Set by [`Pool::stop`]: the reason every connection closes with.
+    stopped: OnceLock<CloseReason>,
+    /// Every listener of the process, which backend legs never dial.
+    own: Arc<OwnListeners>,
+}
+
+impl Pool {
+    /// A pool with fresh backend states; `token` stops its listeners and
+    /// tasks, [`Pool::stop`] also closes its connections.
+    pub fn new(config: PoolConfig, token: CancellationToken) -> Pool {
+        let backends = config
+            .backends
+            .iter()
+            .zip(0..)
+            .map(|(b, id)| Backend::new(id, b.clone()))
+            .collect();
+        Pool {
+            name: config.name.clone(),
+            config: ArcSwap::from_pointee(config),
+            listen: ArcSwap::from_pointee(Vec::new()),
+            backends: Mutex::new(backends),
+            clients: AtomicUsize::new(0),
+            rebalance_moves: AtomicU64::new(0),
+            token,
+            stopped: OnceLock::new(),
+            own: Arc::default(),
+        }
+    }
+
+    /// The pool, sharing the process's listener set `own`.
+    pub fn with_own(self, own: Arc<OwnListeners>) -> Pool {
+        Pool { own, ..self }
+    }
+
+    /// The process's listeners, which backend legs never dial.
+    pub fn own(&self) -> &OwnListeners {
+        &self.own
+    }
+
+    /// The current settings (a cheap snapshot).
+    pub fn config(&self) -> Arc<PoolConfig> {
+        self.config.load_full()
+    }
+
+    /// The addresses its listeners are bound to.
+    pub fn listen(&self) -> Arc<Vec<SocketAddr>> {
+        self.listen.load_full()
+    }
+
+    /// Record the bound listener addresses.
+    pub fn set_listen(&self, addrs: Vec<SocketAddr>) {
+        self.listen.store(Arc::new(addrs));
+    }
+
+    /// Lock the backends. Callers keep the guard short and never `.await`
+    /// with it held.
+    pub fn backends(&self) -> MutexGuard<'_, Vec<Backend>> {
+        // A panic while holding the lock leaves plain data behind that is
+        // still consistent enough to serve; keep going rather than cascade.
+        self.backends.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Apply a reloaded config: backends are matched by name (and address;
+    /// a backend whose address changed is a different node). Kept ones keep
+    /// their health, strikes and connections; removed ones have their
+    /// connections closed. Settings apply to new work.
+    pub fn reconfigure(&self, config: PoolConfig) {
+        let mut backends = self.backends();
+        let mut old: Vec<Backend> = std::mem::take(&mut *backends);
+        let mut next_id = old.iter().map(|b| b.id + 1).max().unwrap_or(0);
+        for bc in &config.backends {
+            let kept = old
+                .iter()
+                .position(|b| crate::runtime::reload::same_backend(&b.config, bc));
+            let backend = match kept {
+                Some(i) => {
+                    let mut b = old.swap_remove(i);
+                    b.config = Arc::new(bc.clone());
+                    b
+                }
+                None => {
+                    next_id += 1;
+                    tracing::info!(pool = %self.name, backend = %bc.name, "backend_added");
+                    Backend::new(next_id, bc.clone())
+                }
+            };
+            backends.push(backend);
+        }
+        for gone in old {
+            tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
+            for entry in gone.conns.values() {
+                entry.closer.close(CloseReason::BackendRemoved);
+            }
+        }
+        self.config.store(Arc::new(config));
+    }
+
+    /// A client's backend leg to `backend` is up: mark it spliced (from
+    /// then on drain and rebalance may close it) and return true, unless
+    /// the backend was usable when chosen (`chosen_usable`) and has been
+    /// taken out since while another is usable: then false, and the client
+    /// should go elsewhere. Under the pool lock, as drains are: a drain
+    /// either came first (false here) or sees the connection spliced and
+    /// closes it, so no client lands on a drained backend.
+    pub fn splice_if_wanted(
+        &self,
+        backend: BackendId,
+        chosen_usable: bool,
+        closer: &Closer,
+    ) -> bool {
+        let backends = self.backends();
+        let usable = |b: &Backend| b.health.is_usable();
+        let wanted =
+            backends.iter().any(|b| b.id == backend && usable(b)) || !backends.iter().any(usable);
+        if chosen_usable && !wanted {
+            return false;
+        }
+        closer.set_spliced();
+        true
+    }
+
+    /// Stop the pool: cancel its token (listeners, rebalancer) and close
+    /// every connection with `reason`, including one that registers later.
+    pub fn stop(&self, reason: CloseReason) {
+        // A second stop keeps the first reason.
+        let _ = self.stopped.set(reason);
+        self.token.cancel();
+        self.close_all(reason);
+    }
+
+    /// Close every connection of the pool with `reason`.
+    pub fn close_all(&self, reason: CloseReason) {
+        for b in self.backends().iter() {
+            for entry in b.conns.values() {
+                entry.closer.close(reason);
+            }
+        }
+    }
+
+    /// Admit one more client if the pool is below `max_connections`.
+    pub fn admit(self: &Arc<Self>) -> Option<Admission> {
+        let max = self.config.load().max_connections;
+        self.clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Admission { pool: self.clone() })
+    }
+
+    /// Live client connections in the pool.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Acquire)
+    }
+
+    /// Choose the next backend for connection `conn` and register it there.
+    /// `tried` lists backends that already failed for this connection.
+    pub fn reserve(
+        self: &Arc<Self>,
+        conn: ConnId,
+        entry: ConnEntry,
+        tried: &[BackendId],
+    ) -> Option<(Lease, Target)> {
+        let mut backends = self.backends();
+        let cands: Vec<Candidate> = backends
+            .iter()
+            .map(|b| Candidate {
+                usable: b.health.is_usable(),
+                backup: b.config.backup,
+                live: b.conns.len(),
+                last_failure: b.health.last_failure,
+                tried: tried.contains(&b.id),
+            })
+            .collect();
+        let chosen = &mut backends[select::pick(&cands)?];
+        if let Some(reason) = self.stopped.get() {
+            // Stopped between this client's accept and now: `stop` has
+            // already swept the registry, so close it here.
+            entry.closer.close(*reason);
+        }
+        chosen.conns.insert(conn, entry);
+        let target = Target {
+            id: chosen.id,
+            config: chosen.config.clone(),
+            stats: chosen.stats.clone(),
+            usable: chosen.health.is_usable(),
+        };
+        let lease = Lease {
+            pool: self.clone(),
+            backend: chosen.id,
+            conn,
+        };
+        Some((lease, target))
+    }
+
+    /// The backend with id `id`, if it is still configured.
+    pub fn find(backends: &mut [Backend], id: BackendId) -> Option<&mut Backend> {
+        backends.iter_mut().find(|b| b.id == id)
+    }
+
+    fn unregister(&self, backend: BackendId, conn: ConnId) {
+        let mut backends = self.backends();
+        if let Some(b) = backends.iter_mut().find(|b| b.id == backend) {
+            b.conns.remove(&conn);
+        }
+    }
+}
+
+/// A client's place in the pool's `max_connections` budget; freed on drop.
+#[derive(Debug)]
+pub struct Admission {
+    pool: Arc<Pool>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.pool.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's registration on a backend; unregistered on drop.
+#[derive(Debug)]
+pub struct Lease {
+    pool: Arc<Pool>,
+    backend: BackendId,
+    conn: ConnId,
+}
+
+impl Lease {
+    /// The backend this lease is on.
+    pub fn backend(&self) -> BackendId {
+        self.backend
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.unregister(self.backend, self.conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn pool() -> Arc<Pool> {
+        let yaml =
+            "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()))
+    }
+
+    fn entry() -> ConnEntry {
+        ConnEntry {
+            client: "127.0.0.1:5".parse().unwrap(),
+            closer: Arc::new(Closer::new()),
+        }
+    }
+
+    #[test]
+    fn stop_closes_registered_connections_and_later_ones() {
+        let pool = pool();
+        let before = entry();
+        let (_lease, _) = pool.reserve(1, before.clone(), &[]).unwrap();
+        assert!(!before.closer.is_closing());
+        pool.stop(CloseReason::PoolRemoved);
+        assert!(pool.token.is_cancelled());
+        assert!(before.closer.is_closing());
+        assert_eq!(before.closer.reason(), CloseReason::PoolRemoved);
+        // A client accepted just before the stop registers just after it:
+        // it must not be left running on a stopped pool.
+        let after = entry();
+        let (_lease, _) = pool.reserve(2, after.clone(), &[]).unwrap();
+        assert!(after.closer.is_closing());
+        assert_eq!(after.closer.reason(), CloseReason::PoolRemoved);
+    }
+
+    /// Drained before its connect finished: goes elsewhere. Spliced
+    /// first: the drain closes it. Never left on a drained backend.
+    #[test]
+    fn a_connect_that_races_a_drain_never_stays_on_the_drained_backend() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        let a = pool.backends()[0].id;
+
+        let early = entry();
+        let (_lease, target) = pool.reserve(1, early.clone(), &[]).unwrap();
+        assert_eq!(target.id, a);
+        let late = entry();
+        let (_lease, _) = pool.reserve(2, late.clone(), &[]).unwrap();
+        // `late` is still connecting to B; `early`'s leg to A is up.
+        assert!(pool.splice_if_wanted(a, true, &early.closer));
+        pool.quarantine("a", std::time::Duration::from_secs(60))
+            .unwrap();
+        assert!(
+            early.closer.is_closing(),
+            "spliced before the drain: closed by it"
+        );
+        assert_eq!(early.closer.reason(), CloseReason::Drained);
+        // A third client that chose A before the quarantine, connected after.
+        let third = entry();
+        assert!(
+            !pool.splice_if_wanted(a, true, &third.closer),
+            "goes elsewhere"
+        );
+        assert!(!third.closer.is_movable());
+        // With nothing usable, fail-open: whatever it chose, it stays.
+        pool.quarantine("b", std::time::Duration::from_secs(60))
+            .unwrap();
+        assert!(pool.splice_if_wanted(a, true, &third.closer));
+        assert!(pool.splice_if_wanted(a, false, &late.closer));
+    }
+}

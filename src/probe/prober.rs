@@ -1,0 +1,255 @@
+//! Probe scheduling: one task per distinct probe (`ProbeKey`: same
+//! address, kind, URL, magic, interval and timeout), shared by every pool
+//! backend that asks for it, so a node behind several pools is probed once
+//! per interval. Each result is fanned out to the subscribed backends.
+//!
+//! The first probe runs at once; a probe whose last subscriber left stops.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
+use crate::net::connect;
+use crate::probe::chain::Chain;
+use crate::probe::http::HttpProber;
+use crate::pool::report::{Report, Verdict};
+use crate::probe::{p2p, pow};
+use crate::pool::registry::{BackendId, Pool};
+
+/// What makes two backends' probes the same probe.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ProbeKey {
+    kind: ProbeKind,
+    addr: String,
+    url: Option<String>,
+    magic: [u8; 4],
+    /// Network name: whose headers prove a height.
+    network: String,
+    interval: Duration,
+    timeout: Duration,
+}
+
+/// The backends one probe task serves, and a bell that makes it probe at
+/// once (a backend joined and has not been probed yet).
+#[derive(Default)]
+struct Subs {
+    list: Mutex<Vec<(Weak<Pool>, BackendId)>>,
+    now: Notify,
+}
+
+type Subscribers = Arc<Subs>;
+
+/// Owns the probe tasks.
+#[derive(Clone)]
+pub struct Prober {
+    probes: Arc<Mutex<HashMap<ProbeKey, Subscribers>>>,
+    /// What is known of each network's chain, shared by its probes.
+    chains: Arc<Mutex<HashMap<&'static str, Arc<Chain>>>>,
+    http: Option<Arc<HttpProber>>,
+    tracker: TaskTracker,
+    token: CancellationToken,
+}
+
+impl Prober {
+    /// A prober whose tasks run on `tracker` until `token` is cancelled.
+    pub fn new(tracker: TaskTracker, token: CancellationToken) -> Prober {
+        let http = match HttpProber::new() {
+            Ok(h) => Some(Arc::new(h)),
+            Err(err) => {
+                warn!(err = %err, "http_prober_unavailable");
+                None
+            }
+        };
+        Prober {
+            probes: Arc::default(),
+            chains: Arc::default(),
+            http,
+            tracker,
+            token,
+        }
+    }
+
+    /// Probe every backend of `pool`.
+    pub fn watch(&self, pool: &Arc<Pool>) {
+        let ids: Vec<(BackendId, Arc<BackendConfig>)> = pool
+            .backends()
+            .iter()
+            .map(|b| (b.id, b.config.clone()))
+            .collect();
+        for (id, backend) in ids {
+            self.subscribe(pool, id, &backend);
+        }
+    }
+
+    /// Re-subscribe `pool`'s backends after a reload: removed backends stop
+    /// being probed, added ones are probed at once, changed settings take
+    /// effect.
+    pub fn rewatch(&self, pool: &Arc<Pool>) {
+        let weak = Arc::downgrade(pool);
+        for subs in lock(&self.probes).values() {
+            lock(&subs.list).retain(|(p, _)| !p.ptr_eq(&weak));
+        }
+        self.watch(pool);
+    }
+
+    fn subscribe(&self, pool: &Arc<Pool>, id: BackendId, backend: &BackendConfig) {
+        let config = pool.config();
+        let h = &config.health;
+        let url = backend
+            .probe_url
+            .clone()
+            .or_else(|| default_probe_url(h.probe, &backend.addr).map(SecretUrl));
+        let key = ProbeKey {
+            kind: h.probe,
+            addr: backend.addr.clone(),
+            url: url.as_ref().map(|u| u.expose().to_string()),
+            magic: h.magic,
+            network: h.network.clone(),
+            interval: h.interval,
+            timeout: h.timeout,
+        };
+        let mut probes = lock(&self.probes);
+        if let Some(subs) = probes.get(&key) {
+            lock(&subs.list).push((Arc::downgrade(pool), id));
+            // Its first probe runs now, not an interval later.
+            subs.now.notify_one();
+            return;
+        }
+        let subs: Subscribers = Arc::default();
+        lock(&subs.list).push((Arc::downgrade(pool), id));
+        probes.insert(key.clone(), subs.clone());
+        let this = self.clone();
+        self.tracker
+            .spawn(async move { this.probe_loop(key, url, subs).await });
+    }
+
+    async fn probe_loop(self, key: ProbeKey, url: Option<SecretUrl>, subs: Subscribers) {
+        loop {
+            let Some(live) = self.live_subscribers(&key, &subs) else {
+                return;
+            };
+            // A backend that is this proxy would be answered by another
+            // backend through our own listener: never probe through
+            // ourselves; take it out as a client connect would.
+            if let Some(to) = self.self_loop(&key, &live).await {
+                for (pool, id, _) in live {
+                    pool.record_self_loop(id, to);
+                }
+            } else {
+                let report = tokio::select! {
+                    () = self.token.cancelled() => return,
+                    r = self.run(&key, url.as_ref(), &live) => r,
+                };
+                let now = Instant::now();
+                for (pool, id, epoch) in live {
+                    pool.apply_probe(id, &report, epoch, now);
+                }
+            }
+            tokio::select! {
+                () = self.token.cancelled() => return,
+                () = tokio::time::sleep(key.interval) => {}
+                () = subs.now.notified() => {}
+            }
+        }
+    }
+
+    /// Subscribers still configured, with their epochs now; `None` (and
+    /// the probe removed) once there are none.
+    fn live_subscribers(
+        &self,
+        key: &ProbeKey,
+        subs: &Subscribers,
+    ) -> Option<Vec<(Arc<Pool>, BackendId, u64)>> {
+        let mut probes = lock(&self.probes);
+        let mut list = lock(&subs.list);
+        list.retain(|(pool, id)| {
+            pool.upgrade()
+                .is_some_and(|p| !p.token.is_cancelled() && p.epoch_of(*id).is_some())
+        });
+        if list.is_empty() {
+            probes.remove(key);
+            return None;
+        }
+        Some(
+            list.iter()
+                .filter_map(|(pool, id)| {
+                    let pool = pool.upgrade()?;
+                    let epoch = pool.epoch_of(*id)?;
+                    Some((pool, *id, epoch))
+                })
+                .collect(),
+        )
+    }
+
+    async fn run(
+        &self,
+        key: &ProbeKey,
+        url: Option<&SecretUrl>,
+        live: &[(Arc<Pool>, BackendId, u64)],
+    ) -> Report {
+        let (addr, timeout) = (key.addr.as_str(), key.timeout);
+        match (key.kind, url, &self.http) {
+            (ProbeKind::BitcoinP2p, _, _) => {
+                // A claim is proven only when some pool would act on it.
+                let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
+                let chain = self.chain(&key.network);
+                let proving = chain.as_deref().map(|chain| p2p::Proving {
+                    chain,
+                    wanted: &wanted,
+                });
+                p2p::probe_proving(addr, key.magic, timeout, proving).await
+            }
+            (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
+                Ok(_) => Report::new(Verdict::Healthy, "connected"),
+                Err(err) => Report::new(Verdict::Down, err.kind()),
+            },
+            (ProbeKind::Blockbook, Some(url), Some(http)) => {
+                http.blockbook(addr, url, timeout).await
+            }
+            (ProbeKind::Http, Some(url), Some(http)) => http.http(addr, url, timeout).await,
+            (ProbeKind::Blockbook | ProbeKind::Http, _, _) => {
+                Report::new(Verdict::Unknown, "no HTTP client")
+            }
+        }
+    }
+}
+
+impl Prober {
+    /// Our own listener the probed address reaches, if any.
+    async fn self_loop(
+        &self,
+        key: &ProbeKey,
+        live: &[(Arc<Pool>, BackendId, u64)],
+    ) -> Option<SocketAddr> {
+        let (pool, _, _) = live.first()?;
+        let reached = pool.own().reached_by_name(&key.addr);
+        tokio::time::timeout(key.timeout, reached)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The shared chain of `network`; none for a custom magic.
+    fn chain(&self, network: &str) -> Option<Arc<Chain>> {
+        let params = pow::params(network)?;
+        let mut chains = lock(&self.chains);
+        Some(
+            chains
+                .entry(params.name)
+                .or_insert_with(|| Arc::new(Chain::new(params)))
+                .clone(),
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,14 @@
+//! Runtime: the process. Binds every pool's listeners, starts the tasks
+//! (accept loops, probes, rebalance ticks, the admin endpoint), reloads by
+//! plan, shuts down gracefully; logging, the open-file limit and systemd
+//! notifications.
+//!
+//! Layer: on everything below it (config, pool, data path, probes,
+//! operations); nothing below uses it.
+
+pub mod limits;
+pub mod logging;
+pub mod notify;
+pub mod rebalance;
+pub mod reload;
+pub mod server;
