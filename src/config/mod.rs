@@ -192,6 +192,15 @@ pub struct BackendConfig {
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretUrl(pub url::Url);
 
+impl BackendConfig {
+    /// True when `self` and `other` are the same backend across a reload:
+    /// same name, same address. Only then do its state and connections
+    /// carry over.
+    pub fn same_backend(&self, other: &BackendConfig) -> bool {
+        self.name == other.name && self.addr == other.addr
+    }
+}
+
 impl SecretUrl {
     /// The full URL, secrets included: only for making the request.
     pub fn expose(&self) -> &url::Url {

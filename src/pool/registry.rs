@@ -210,7 +210,7 @@ impl Pool {
         for bc in &config.backends {
             let kept = old
                 .iter()
-                .position(|b| crate::runtime::reload::same_backend(&b.config, bc));
+                .position(|b| b.config.same_backend(bc));
             let backend = match kept {
                 Some(i) => {
                     let mut b = old.swap_remove(i);

@@ -65,12 +65,6 @@ impl ReloadPlan<'_> {
     }
 }
 
-/// True when `a` and `b` are the same backend across a reload: same name,
-/// same address. Only then do its state and connections carry over.
-pub fn same_backend(a: &BackendConfig, b: &BackendConfig) -> bool {
-    a.name == b.name && a.addr == b.addr
-}
-
 /// The changes that turn the running `old` config into `new`. Listen
 /// addresses compare as equal values: see [`in_bound_terms`] for how the
 /// server writes them so that a port-0 listener is recognised.
@@ -108,14 +102,14 @@ fn pool_plan<'a>(old: &'a PoolConfig, new: &'a PoolConfig) -> PoolPlan<'a> {
     };
     let unmatched = |from: &'a [BackendConfig], other: &'a [BackendConfig]| -> Vec<&'a str> {
         from.iter()
-            .filter(|b| !other.iter().any(|o| same_backend(b, o)))
+            .filter(|b| !other.iter().any(|o| b.same_backend(o)))
             .map(|b| b.name.as_str())
             .collect()
     };
     let backends_changed = new
         .backends
         .iter()
-        .filter(|n| old.backends.iter().any(|o| same_backend(o, n) && o != *n))
+        .filter(|n| old.backends.iter().any(|o| o.same_backend(n) && o != *n))
         .map(|b| b.name.as_str())
         .collect();
     PoolPlan {

@@ -4,7 +4,7 @@
 //! listeners matched against the host's addresses, so this runs at `check`
 //! and reload time, not inside the pure parse; what it cannot see (a name
 //! that resolves to us later, a port-0 listener) is caught at run time
-//! ([`crate::net::self_loop`]).
+//! (`config::local`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
