@@ -43,13 +43,16 @@ layers! {
 }
 
 pub mod inspect;
+#[cfg(test)]
+mod layers_tests;
 pub use ops::admin_cli;
 pub use ops::control::{Control, ReloadError};
 pub use runtime::{limits, logging};
 
 use std::future::Future;
 
-pub use runtime::server::{BindError, Server};
+pub use net::listener::BindError;
+pub use runtime::server::Server;
 
 /// Bind and serve `config` until `shutdown` resolves.
 ///

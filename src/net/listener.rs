@@ -19,6 +19,39 @@ use crate::net::reject_fold::{Reject, RejectLog};
 use crate::net::session;
 use crate::net::sockopt;
 
+/// A listen address (a pool's or the admin endpoint's) could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("{owner}: bind {addr}")]
+pub struct BindError {
+    /// `pool NAME` or `admin`.
+    pub owner: String,
+    /// The address.
+    pub addr: SocketAddr,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl BindError {
+    pub(crate) fn new(owner: impl Into<String>, addr: SocketAddr, source: std::io::Error) -> BindError {
+        BindError {
+            owner: owner.into(),
+            addr,
+            source,
+        }
+    }
+
+    /// Trying again will not help until the operator acts: the address is
+    /// held by another process, or the port needs a privilege. (An address
+    /// that is not on this host yet may appear: a VPN, a late interface.)
+    pub fn is_lasting(&self) -> bool {
+        matches!(
+            self.source.kind(),
+            std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
+        )
+    }
+}
+
 /// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// Longest pause between accept attempts while resources stay exhausted.

@@ -7,7 +7,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::BindError;
+use crate::net::listener::BindError;
 use crate::config::ConfigError;
 use crate::pool::registry::Pool;
 use crate::pool::status::Status;

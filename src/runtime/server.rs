@@ -27,7 +27,7 @@ use crate::pool::own::OwnListeners;
 use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::runtime::limits;
-use crate::net::listener;
+use crate::net::listener::{self, BindError};
 use crate::runtime::notify;
 use crate::runtime::rebalance;
 use crate::net::sockopt;
@@ -38,39 +38,6 @@ use listen::{Listen, PoolRun, adopt, bind_all, bound_addrs, reconfigure, start_a
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
-/// A listen address (a pool's or the admin endpoint's) could not be bound.
-#[derive(Debug, thiserror::Error)]
-#[error("{owner}: bind {addr}")]
-pub struct BindError {
-    /// `pool NAME` or `admin`.
-    pub owner: String,
-    /// The address.
-    pub addr: SocketAddr,
-    /// Why.
-    #[source]
-    pub source: std::io::Error,
-}
-
-impl BindError {
-    fn new(owner: impl Into<String>, addr: SocketAddr, source: std::io::Error) -> BindError {
-        BindError {
-            owner: owner.into(),
-            addr,
-            source,
-        }
-    }
-
-    /// Trying again will not help until the operator acts: the address is
-    /// held by another process, or the port needs a privilege. (An address
-    /// that is not on this host yet may appear: a VPN, a late interface.)
-    pub fn is_lasting(&self) -> bool {
-        matches!(
-            self.source.kind(),
-            std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
-        )
-    }
-}
 
 /// A bound instance.
 pub struct Server {
