@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use pin_proxy::pool::close::Closer;
 use pin_proxy::config::{Config, PoolConfig};
@@ -62,6 +62,7 @@ fn measure(
     let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
     let entry = ConnEntry {
         client: SocketAddr::from(([127, 0, 0, 1], 40000)),
+        started: SystemTime::now(),
         closer: Arc::new(Closer::new()),
     };
     // Least-used selection spreads them evenly: the pool is balanced.
