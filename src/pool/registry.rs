@@ -3,8 +3,9 @@
 //! One `Mutex` per pool guards membership, health and connection sets
 //! together, so selection sees them in step and reserves its slot in the same
 //! critical section (concurrent clients spread 3/2/2, never 7/0/0). The lock
-//! is never held across an `.await`. Byte counters are atomics the splice
-//! updates without the lock.
+//! is never held across an `.await`. Byte counters (each backend's, and each
+//! connection's in its [`Closer`]) are atomics the splice updates without
+//! the lock.
 //!
 //! Each connection registers a [`Closer`] so any one of them can be closed
 //! from outside (drain, rebalance: "the busiest backend's newest connection";

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use pin_proxy::pool::close::Closer;
 use pin_proxy::config::{Config, PoolConfig};
+use pin_proxy::pool::close::Closer;
 use pin_proxy::pool::rebalance::{self, Load};
 use pin_proxy::pool::registry::{ConnEntry, Lease, Pool};
 use pin_proxy::pool::select::{self, Candidate};
@@ -53,11 +53,7 @@ fn main() {
 
 /// ns per call of reserve + release, pick, tick and plan with `conns`
 /// connections registered on `backends` backends.
-fn measure(
-    backends: usize,
-    conns: usize,
-    budget: Duration,
-) -> [f64; 4] {
+fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 4] {
     let token = CancellationToken::new();
     let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
     let entry = ConnEntry {
