@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
@@ -93,6 +93,7 @@ async fn open(
     let config = pool.config();
     let entry = ConnEntry {
         client: peer,
+        started: SystemTime::now(),
         closer: closer.clone(),
     };
     let (lease, target, backend) =

@@ -65,7 +65,8 @@ pub struct Outcome {
 }
 
 /// Splice `client` and `backend` until the connection ends; see the module
-/// docs for when that is. The future is the whole per-connection state.
+/// docs for when that is. Bytes are counted in the backend's `stats` and in
+/// the connection's `closer`. The future is the whole per-connection state.
 pub fn splice<'a>(
     client: &'a TcpStream,
     backend: &'a TcpStream,
@@ -136,6 +137,14 @@ struct Idle {
     sleep: Pin<Box<Sleep>>,
 }
 
+/// The shared counters one direction adds its bytes to: the backend's
+/// and the connection's own (read by pool snapshots).
+#[derive(Clone, Copy)]
+struct Totals<'a> {
+    backend: &'a AtomicU64,
+    conn: &'a AtomicU64,
+}
+
 /// One direction's state.
 #[derive(Default)]
 struct Dir {
@@ -168,24 +177,30 @@ impl Splice<'_> {
         }
         let before = self.up.moved + self.down.moved;
         for side in [Side::Client, Side::Backend] {
-            let (from, to, dir, total) = match side {
+            let (from, to, dir, totals) = match side {
                 Side::Client => (
                     self.client,
                     self.backend,
                     &mut self.up,
-                    &self.stats.bytes_up,
+                    Totals {
+                        backend: &self.stats.bytes_up,
+                        conn: &self.closer.bytes_up,
+                    },
                 ),
                 Side::Backend => (
                     self.backend,
                     self.client,
                     &mut self.down,
-                    &self.stats.bytes_down,
+                    Totals {
+                        backend: &self.stats.bytes_down,
+                        conn: &self.closer.bytes_down,
+                    },
                 ),
             };
             if dir.done {
                 continue;
             }
-            match dir.pump(cx, from, to, total) {
+            match dir.pump(cx, from, to, totals) {
                 Poll::Pending => {}
                 Poll::Ready(Ok(())) => {
                     dir.done = true;
@@ -269,7 +284,7 @@ impl Dir {
         cx: &mut Context<'_>,
         from: &TcpStream,
         to: &TcpStream,
-        total: &AtomicU64,
+        totals: Totals<'_>,
     ) -> Poll<Result<(), Fault>> {
         for _ in 0..STEPS_PER_WAKE {
             // Whatever the receiver did not take last time goes first.
@@ -280,8 +295,7 @@ impl Dir {
                         Ok(0) => return Poll::Ready(Err((false, io::ErrorKind::WriteZero.into()))),
                         Ok(n) => {
                             held.sent += n;
-                            self.moved += n as u64;
-                            total.fetch_add(n as u64, Ordering::Relaxed);
+                            Dir::add(&mut self.moved, n, totals);
                         }
                         // Readiness is cleared: the next round waits for it.
                         Err(e) if is_transient(&e) => {}
@@ -293,9 +307,9 @@ impl Dir {
             }
             ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
             match step(from, to)? {
-                Forwarded::Moved(n) => self.count(n, total),
+                Forwarded::Moved(n) => Dir::add(&mut self.moved, n, totals),
                 Forwarded::Partial { written, rest } => {
-                    self.count(written, total);
+                    Dir::add(&mut self.moved, written, totals);
                     self.held = Some(Box::new(Unwritten {
                         data: rest,
                         sent: 0,
@@ -310,9 +324,12 @@ impl Dir {
         Poll::Pending
     }
 
-    fn count(&mut self, n: usize, total: &AtomicU64) {
-        self.moved += n as u64;
-        total.fetch_add(n as u64, Ordering::Relaxed);
+    /// Count `n` forwarded bytes: in `moved` (this direction's own) and
+    /// in both shared totals.
+    fn add(moved: &mut u64, n: usize, totals: Totals<'_>) {
+        *moved += n as u64;
+        totals.backend.fetch_add(n as u64, Ordering::Relaxed);
+        totals.conn.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

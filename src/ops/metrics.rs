@@ -1,12 +1,12 @@
 //! `GET /metrics`: the pools' counters and gauges in the Prometheus text
 //! format, encoded by `prometheus-client` from a fresh snapshot per scrape.
 //!
-//! The registry is rebuilt on every scrape from the registry's atomics, so a
-//! backend removed by a reload disappears and one added appears, and every
-//! configured backend's counters are present (at 0) from start-up.
+//! The registry is rebuilt on every scrape from each pool's overview
+//! snapshot, so a backend removed by a reload disappears and one added
+//! appears, and every configured backend's counters are present (at 0)
+//! from start-up.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::prometheus_text;
@@ -16,7 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
-use crate::pool::registry::{BackendStats, Pool};
+use crate::pool::registry::Pool;
+use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
 
 /// `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -51,15 +52,6 @@ struct ReasonLabels {
     pool: String,
     backend: String,
     reason: &'static str,
-}
-
-/// One backend's figures, copied out under the pool lock.
-struct Sample {
-    labels: BackendLabels,
-    active: usize,
-    usable: bool,
-    height: Option<u64>,
-    stats: Arc<BackendStats>,
 }
 
 /// Every metric family of one scrape. `prometheus-client` appends `_total`
@@ -131,7 +123,7 @@ impl Families {
 
 /// The Prometheus text for `pools`, as served on `/metrics`.
 ///
-/// Each pool's lock is held only while its figures are copied out.
+/// Each pool's lock is held only while its overview is copied out.
 ///
 /// # Errors
 /// Only if the encoder fails to write into the string (it does not in
@@ -139,16 +131,16 @@ impl Families {
 pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
     let families = Families::default();
     for pool in pools {
+        let snap = pool.overview();
         let pool_labels = PoolLabels {
-            pool: pool.name.clone(),
+            pool: snap.name.clone(),
         };
-        let moves = pool.rebalance_moves.load(Ordering::Relaxed);
         families
             .rebalance_moves
             .get_or_create(&pool_labels)
-            .inc_by(moves);
-        for s in samples(pool) {
-            add(&families, &s);
+            .inc_by(snap.rebalance_moves);
+        for b in &snap.backends {
+            add(&families, &snap, b);
         }
     }
     let mut out = String::new();
@@ -156,45 +148,31 @@ pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
     Ok(out)
 }
 
-/// Copy out one pool's figures under its lock.
-fn samples(pool: &Pool) -> Vec<Sample> {
-    pool.backends()
-        .iter()
-        .map(|b| Sample {
-            labels: BackendLabels {
-                pool: pool.name.clone(),
-                backend: b.config.name.clone(),
-            },
-            active: b.conns.len(),
-            usable: b.health.is_usable(),
-            height: b.height,
-            stats: b.stats.clone(),
-        })
-        .collect()
-}
-
 /// Add one backend's figures to the families.
-fn add(f: &Families, s: &Sample) {
-    let l = &s.labels;
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    f.active.get_or_create(l).set(saturate(s.active as u64));
-    f.usable.get_or_create(l).set(i64::from(s.usable));
-    if let Some(h) = s.height {
+fn add(f: &Families, pool: &PoolSnapshot, b: &BackendSnapshot) {
+    let l = &BackendLabels {
+        pool: pool.name.clone(),
+        backend: b.name.clone(),
+    };
+    let c = &b.counters;
+    f.active.get_or_create(l).set(saturate(b.connections as u64));
+    f.usable.get_or_create(l).set(i64::from(b.state.is_usable()));
+    if let Some(h) = b.height {
         f.height.get_or_create(l).set(saturate(h));
     }
     f.connections
         .get_or_create(l)
-        .inc_by(load(&s.stats.connections_total));
+        .inc_by(c.connections_total);
     f.connect_failures
         .get_or_create(l)
-        .inc_by(load(&s.stats.connect_failures_total));
-    for (direction, n) in [("up", &s.stats.bytes_up), ("down", &s.stats.bytes_down)] {
+        .inc_by(c.connect_failures_total);
+    for (direction, n) in [("up", c.bytes_up), ("down", c.bytes_down)] {
         let labels = BytesLabels {
             pool: l.pool.clone(),
             backend: l.backend.clone(),
             direction,
         };
-        f.bytes.get_or_create(&labels).inc_by(load(n));
+        f.bytes.get_or_create(&labels).inc_by(n);
     }
     for outcome in ProbeOutcome::ALL {
         let labels = OutcomeLabels {
@@ -202,8 +180,9 @@ fn add(f: &Families, s: &Sample) {
             backend: l.backend.clone(),
             outcome: outcome.as_str(),
         };
-        let n = &s.stats.probes[outcome.index()];
-        f.probes.get_or_create(&labels).inc_by(load(n));
+        f.probes
+            .get_or_create(&labels)
+            .inc_by(c.probe_count(outcome));
     }
     for reason in QuarantineReason::ALL {
         let labels = ReasonLabels {
@@ -211,8 +190,9 @@ fn add(f: &Families, s: &Sample) {
             backend: l.backend.clone(),
             reason: reason.as_str(),
         };
-        let n = &s.stats.quarantines[reason.index()];
-        f.quarantines.get_or_create(&labels).inc_by(load(n));
+        f.quarantines
+            .get_or_create(&labels)
+            .inc_by(c.quarantine_count(reason));
     }
 }
 

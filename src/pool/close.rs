@@ -1,9 +1,11 @@
 //! Why a connection closed, and the [`Closer`] that closes one from outside.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
+
+use crate::pool::snapshot::ConnState;
 
 /// Why a client connection closed: the `reason` of its `closed` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,16 +84,23 @@ impl CloseReason {
     }
 }
 
-/// Closes one connection from outside, with a reason for its `closed` event.
+/// Closes one connection from outside, with a reason for its `closed` event,
+/// and counts its bytes: the one `Arc` the session and the registry share
+/// per connection.
 ///
-/// Small on purpose (one per live connection): a state byte, a reason byte
-/// and the waker of the one task that serves the connection.
+/// Small on purpose (one per live connection): a state byte, a reason byte,
+/// the waker of the one task that serves the connection and two byte
+/// counters the splice adds to and snapshots read.
 #[derive(Debug, Default)]
 pub struct Closer {
     state: AtomicU8,
     /// A [`CloseReason`] discriminant; 0 while none was given.
     reason: AtomicU8,
     waker: AtomicWaker,
+    /// Bytes client → backend on this connection.
+    pub bytes_up: AtomicU64,
+    /// Bytes backend → client on this connection.
+    pub bytes_down: AtomicU64,
 }
 
 const SPLICED: u8 = 1;
@@ -154,6 +163,18 @@ impl Closer {
         self.state.load(Ordering::Acquire) & CLOSING != 0
     }
 
+    /// Where the connection stands: connecting, spliced, or asked to close.
+    pub fn state(&self) -> ConnState {
+        let state = self.state.load(Ordering::Acquire);
+        if state & CLOSING != 0 {
+            ConnState::Closing
+        } else if state & SPLICED != 0 {
+            ConnState::Spliced
+        } else {
+            ConnState::Connecting
+        }
+    }
+
     /// Why it was closed: the first reason given, `Shutdown` when none was.
     pub fn reason(&self) -> CloseReason {
         CloseReason::from_u8(self.reason.load(Ordering::Acquire)).unwrap_or(CloseReason::Shutdown)
@@ -193,9 +214,24 @@ mod tests {
         assert_eq!(CloseReason::from_u8(0), None);
     }
 
-    /// One per live connection: the reason takes a byte, not a slot.
+    #[test]
+    fn a_closer_reports_its_connection_state() {
+        let closer = Closer::new();
+        assert_eq!(closer.state(), ConnState::Connecting);
+        closer.set_spliced();
+        assert_eq!(closer.state(), ConnState::Spliced);
+        closer.close(CloseReason::Drained);
+        assert_eq!(closer.state(), ConnState::Closing);
+        assert_eq!(Closer::new().state(), ConnState::Connecting);
+        let never_spliced = Closer::new();
+        never_spliced.close(CloseReason::Shutdown);
+        assert_eq!(never_spliced.state(), ConnState::Closing);
+    }
+
+    /// One per live connection: the reason takes a byte, not a slot; the
+    /// byte counters take two words.
     #[test]
     fn a_closer_stays_small() {
-        assert!(std::mem::size_of::<Closer>() <= 32);
+        assert!(std::mem::size_of::<Closer>() <= 48);
     }
 }

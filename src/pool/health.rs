@@ -8,12 +8,14 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
 
 /// Where a backend stands, as the contract names the states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum State {
     /// Never probed, or the last probe could not tell. Usable.
     Unknown,
@@ -56,7 +58,8 @@ impl fmt::Display for State {
 
 /// What one probe found, once the lag rule has been applied: the `outcome`
 /// of `probe` events, `/status` and `pin_proxy_probes_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ProbeOutcome {
     /// Passed.
     Healthy,
@@ -98,7 +101,8 @@ impl ProbeOutcome {
 }
 
 /// Why a backend was taken out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QuarantineReason {
     /// `quarantine.failures` consecutive connect failures from client traffic.
     ConnectFailures,

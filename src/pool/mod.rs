@@ -1,13 +1,13 @@
 //! The pool: one per `pools:` entry. Its members and their health state,
 //! the live connections on each, and the pure rules that decide what
 //! happens to them: selection, health transitions, the lag reference,
-//! drains, the rebalance plan, and the status snapshot everything else
-//! reads.
+//! drains, the rebalance plan, and the snapshot everything else reads.
 //!
 //! Layer: on `config` only. It does no I/O of its own: the data path,
 //! probes and runtime call its methods and act on what they return.
-//! Mutations go through `Pool` methods (`registry`, `apply`, `rebalance`);
-//! readers take a snapshot (`status`).
+//! The backends' state is visible only inside this folder: mutations go
+//! through `Pool` methods (`registry`, `apply`, `rebalance`); readers take
+//! a [`snapshot`](snapshot::PoolSnapshot) (`/status` is built from one).
 
 pub mod apply;
 pub mod close;
@@ -18,4 +18,5 @@ pub mod rebalance;
 pub mod registry;
 pub mod report;
 pub mod select;
+pub mod snapshot;
 pub mod status;

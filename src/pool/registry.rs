@@ -3,8 +3,9 @@
 //! One `Mutex` per pool guards membership, health and connection sets
 //! together, so selection sees them in step and reserves its slot in the same
 //! critical section (concurrent clients spread 3/2/2, never 7/0/0). The lock
-//! is never held across an `.await`. Byte counters are atomics the splice
-//! updates without the lock.
+//! is never held across an `.await`. Byte counters (each backend's, and each
+//! connection's in its [`Closer`]) are atomics the splice updates without
+//! the lock.
 //!
 //! Each connection registers a [`Closer`] so any one of them can be closed
 //! from outside (drain, rebalance: "the busiest backend's newest connection";
@@ -17,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::pool::close::{CloseReason, Closer};
@@ -53,7 +55,7 @@ pub struct BackendStats {
 }
 
 /// The last probe of a backend, as `/status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeRecord {
     /// When it finished.
     pub at: SystemTime,
@@ -69,34 +71,37 @@ pub struct ProbeRecord {
 pub struct ConnEntry {
     /// The client's address.
     pub client: SocketAddr,
-    /// Closes it.
+    /// When the client was accepted (wall clock, for snapshots).
+    pub started: SystemTime,
+    /// Closes it and counts its bytes.
     pub closer: Arc<Closer>,
 }
 
-/// One backend of a pool.
+/// One backend of a pool. Only the pool reads or changes it; everything
+/// else reads a [`PoolSnapshot`](crate::pool::snapshot::PoolSnapshot).
 #[derive(Debug)]
-pub struct Backend {
+pub(in crate::pool) struct Backend {
     /// Stable id.
-    pub id: BackendId,
+    pub(in crate::pool) id: BackendId,
     /// Its config.
-    pub config: Arc<BackendConfig>,
+    pub(in crate::pool) config: Arc<BackendConfig>,
     /// Its health record.
-    pub health: BackendHealth,
+    pub(in crate::pool) health: BackendHealth,
     /// Last block height a probe read.
-    pub height: Option<u64>,
+    pub(in crate::pool) height: Option<u64>,
     /// That height was proven by the node's headers.
-    pub proven: bool,
+    pub(in crate::pool) proven: bool,
     /// Last probe result.
-    pub last_probe: Option<ProbeRecord>,
+    pub(in crate::pool) last_probe: Option<ProbeRecord>,
     /// Live connections, oldest first.
-    pub conns: BTreeMap<ConnId, ConnEntry>,
+    pub(in crate::pool) conns: BTreeMap<ConnId, ConnEntry>,
     /// Its counters.
-    pub stats: Arc<BackendStats>,
+    pub(in crate::pool) stats: Arc<BackendStats>,
 }
 
 impl Backend {
     /// A backend with a fresh record.
-    pub fn new(id: BackendId, config: BackendConfig) -> Backend {
+    fn new(id: BackendId, config: BackendConfig) -> Backend {
         Backend {
             id,
             config: Arc::new(config),
@@ -134,7 +139,7 @@ pub struct Pool {
     backends: Mutex<Vec<Backend>>,
     clients: AtomicUsize,
     /// Connections moved by the rebalancer.
-    pub rebalance_moves: AtomicU64,
+    pub(in crate::pool) rebalance_moves: AtomicU64,
     /// Cancelled when the pool stops (shutdown or removal by reload).
     pub token: CancellationToken,
     /// Set by [`Pool::stop`]: the reason every connection closes with.
@@ -192,8 +197,8 @@ impl Pool {
     }
 
     /// Lock the backends. Callers keep the guard short and never `.await`
-    /// with it held.
-    pub fn backends(&self) -> MutexGuard<'_, Vec<Backend>> {
+    /// with it held. Readers outside the pool take a snapshot instead.
+    pub(in crate::pool) fn backends(&self) -> MutexGuard<'_, Vec<Backend>> {
         // A panic while holding the lock leaves plain data behind that is
         // still consistent enough to serve; keep going rather than cascade.
         self.backends.lock().unwrap_or_else(|e| e.into_inner())
@@ -332,8 +337,17 @@ impl Pool {
         Some((lease, target))
     }
 
+    /// Each backend's id and settings, in config order: what the prober
+    /// subscribes to.
+    pub fn probe_targets(&self) -> Vec<(BackendId, Arc<BackendConfig>)> {
+        self.backends()
+            .iter()
+            .map(|b| (b.id, b.config.clone()))
+            .collect()
+    }
+
     /// The backend with id `id`, if it is still configured.
-    pub fn find(backends: &mut [Backend], id: BackendId) -> Option<&mut Backend> {
+    pub(in crate::pool) fn find(backends: &mut [Backend], id: BackendId) -> Option<&mut Backend> {
         backends.iter_mut().find(|b| b.id == id)
     }
 
@@ -393,6 +407,7 @@ mod tests {
     fn entry() -> ConnEntry {
         ConnEntry {
             client: "127.0.0.1:5".parse().unwrap(),
+            started: SystemTime::now(),
             closer: Arc::new(Closer::new()),
         }
     }

@@ -1,14 +1,13 @@
-//! Point-in-time views of the pools, in the shape `/status` serves them.
-//! One lock per pool, held only while copying numbers out.
+//! The pools in the shape `/status` serves them, built from a
+//! [`PoolSnapshot`]: one lock per pool, held only while copying numbers out.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 
 use crate::pool::registry::Pool;
+use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
 
 /// The whole `/status` document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,48 +81,46 @@ pub struct ProbeStatus {
 }
 
 impl Pool {
-    /// Copy out this pool's status.
+    /// Copy out this pool's status (from an [`overview`](Pool::overview):
+    /// one lock, O(backends)).
     pub fn status(&self) -> PoolStatus {
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        let backends = self.backends();
-        let backends = backends
-            .iter()
-            .map(|b| BackendStatus {
-                name: b.config.name.clone(),
-                addr: b.config.addr.clone(),
-                backup: b.config.backup,
-                state: b.health.state().as_str().to_owned(),
-                connections: b.conns.len(),
-                height: b.height,
-                quarantine: b.health.quarantine.map(|q| QuarantineStatus {
-                    until: rfc3339(wall_time(q.until, now, wall)),
-                    reason: q.reason.as_str().to_owned(),
-                }),
-                strikes: b.health.strikes,
-                last_probe: b.last_probe.as_ref().map(|p| ProbeStatus {
-                    at: rfc3339(p.at),
-                    outcome: p.outcome.as_str().to_owned(),
-                    detail: p.detail.clone(),
-                }),
-                bytes_up: b.stats.bytes_up.load(Ordering::Relaxed),
-                bytes_down: b.stats.bytes_down.load(Ordering::Relaxed),
-            })
-            .collect();
+        PoolStatus::from(&self.overview())
+    }
+}
+
+impl From<&PoolSnapshot> for PoolStatus {
+    fn from(snap: &PoolSnapshot) -> PoolStatus {
         PoolStatus {
-            name: self.name.clone(),
-            listen: self.listen().to_vec(),
-            connections: self.clients(),
-            backends,
+            name: snap.name.clone(),
+            listen: snap.listen.clone(),
+            connections: snap.clients,
+            backends: snap.backends.iter().map(BackendStatus::from).collect(),
         }
     }
 }
 
-/// The wall-clock time of monotonic instant `at`, given both clocks' `now`.
-fn wall_time(at: Instant, now: Instant, wall: SystemTime) -> SystemTime {
-    if at >= now {
-        wall + (at - now)
-    } else {
-        wall.checked_sub(now - at).unwrap_or(UNIX_EPOCH)
+impl From<&BackendSnapshot> for BackendStatus {
+    fn from(b: &BackendSnapshot) -> BackendStatus {
+        BackendStatus {
+            name: b.name.clone(),
+            addr: b.addr.clone(),
+            backup: b.backup,
+            state: b.state.as_str().to_owned(),
+            connections: b.connections,
+            height: b.height,
+            quarantine: b.quarantine.map(|q| QuarantineStatus {
+                until: rfc3339(q.until),
+                reason: q.reason.as_str().to_owned(),
+            }),
+            strikes: b.strikes,
+            last_probe: b.last_probe.as_ref().map(|p| ProbeStatus {
+                at: rfc3339(p.at),
+                outcome: p.outcome.as_str().to_owned(),
+                detail: p.detail.clone(),
+            }),
+            bytes_up: b.counters.bytes_up,
+            bytes_down: b.counters.bytes_down,
+        }
     }
 }
 

@@ -79,12 +79,7 @@ impl Prober {
 
     /// Probe every backend of `pool`.
     pub fn watch(&self, pool: &Arc<Pool>) {
-        let ids: Vec<(BackendId, Arc<BackendConfig>)> = pool
-            .backends()
-            .iter()
-            .map(|b| (b.id, b.config.clone()))
-            .collect();
-        for (id, backend) in ids {
+        for (id, backend) in pool.probe_targets() {
             self.subscribe(pool, id, &backend);
         }
     }

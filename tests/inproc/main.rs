@@ -7,3 +7,4 @@ mod support;
 
 mod bind;
 mod health_inproc;
+mod snapshot_inproc;

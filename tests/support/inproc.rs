@@ -1,12 +1,11 @@
 //! A pin-proxy server in the test's own runtime: start it from YAML, reach
 //! its pools, wait for a backend state, read status snapshots, stop it
-//! gracefully. Reads of pool internals (`Pool::backends()`) stay here, as
-//! named helpers, so a change of the pool's API touches this file only.
+//! gracefully. Reads of pool snapshots (`Pool::snapshot()`) stay here, as
+//! named helpers, so a change of the snapshot touches this file only.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use pin_proxy::Control;
@@ -15,6 +14,7 @@ use pin_proxy::config::Config;
 use pin_proxy::inspect::BackendStatus;
 use pin_proxy::inspect::Pool;
 use pin_proxy::inspect::ProbeOutcome;
+use pin_proxy::inspect::{BackendSnapshot, ConnState};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -155,44 +155,47 @@ impl Running {
     /// closing.
     pub fn spliced(&self) -> usize {
         self.pool()
-            .backends()
+            .snapshot()
+            .backends
             .iter()
-            .map(|b| b.conns.values().filter(|e| e.closer.is_movable()).count())
-            .sum()
+            .flat_map(|b| &b.conns)
+            .filter(|c| c.state == ConnState::Spliced)
+            .count()
+    }
+
+    /// The snapshot of backend `name` of the first pool.
+    pub fn backend_snapshot(&self, name: &str) -> BackendSnapshot {
+        self.pool()
+            .snapshot()
+            .backends
+            .into_iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("no backend {name}"))
     }
 
     /// Whether every connection on backend `name` of the first pool is still
     /// open (not asked to close); read under the pool lock, so it reflects
     /// every drain decision taken before the call.
     pub fn none_closing(&self, name: &str) -> bool {
-        let backends = self.pool().backends();
-        let b = backends
+        self.backend_snapshot(name)
+            .conns
             .iter()
-            .find(|b| b.config.name == name)
-            .unwrap_or_else(|| panic!("no backend {name}"));
-        b.conns.values().all(|e| !e.closer.is_closing())
+            .all(|c| c.state != ConnState::Closing)
     }
 
     /// Probe results of `outcome` applied to backend `name` of the first
     /// pool so far.
     pub fn probes(&self, name: &str, outcome: ProbeOutcome) -> u64 {
-        let backends = self.pool().backends();
-        let b = backends
-            .iter()
-            .find(|b| b.config.name == name)
-            .unwrap_or_else(|| panic!("no backend {name}"));
-        b.stats.probes[outcome.index()].load(Ordering::Relaxed)
+        self.backend_snapshot(name).counters.probe_count(outcome)
     }
 
     /// Probe results of any outcome applied to the first backend of pool
     /// number `pool` so far.
     pub fn probes_applied(&self, pool: usize) -> u64 {
-        let backends = self.pools[pool].backends();
-        backends[0]
-            .stats
+        self.pools[pool].snapshot().backends[0]
+            .counters
             .probes
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
+            .values()
             .sum()
     }
 }

@@ -2,16 +2,18 @@
 //! the size of its future (a task allocates its future inline, so this is
 //! the floor of pin-proxy's user-space memory per connection before the
 //! task header, the two sockets' I/O registrations and the registry entry).
+//! The registry's own per-connection values (its map entry and the shared
+//! `Closer`) are listed after, by type size.
 //!
 //! Run: `cargo bench --manifest-path bench/loadgen/Cargo.toml --bench footprint`
 
-use std::mem::size_of_val;
+use std::mem::{size_of, size_of_val};
 use std::path::Path;
 use std::sync::Arc;
 
-use pin_proxy::pool::close::Closer;
 use pin_proxy::config::Config;
-use pin_proxy::pool::registry::{BackendStats, Pool};
+use pin_proxy::pool::close::Closer;
+use pin_proxy::pool::registry::{BackendStats, ConnEntry, Pool};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +47,14 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "| `tokio::net::TcpStream` (each of 2) | {} |",
         size_of_val(&other)
+    );
+    println!(
+        "| `ConnEntry` (registry map value) | {} |",
+        size_of::<ConnEntry>()
+    );
+    println!(
+        "| `Closer` (in an `Arc`: +16 for its reference counts) | {} |",
+        size_of::<Closer>()
     );
     Ok(())
 }

@@ -16,10 +16,10 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use pin_proxy::pool::close::Closer;
 use pin_proxy::config::{Config, PoolConfig};
+use pin_proxy::pool::close::Closer;
 use pin_proxy::pool::rebalance::{self, Load};
 use pin_proxy::pool::registry::{ConnEntry, Lease, Pool};
 use pin_proxy::pool::select::{self, Candidate};
@@ -53,15 +53,12 @@ fn main() {
 
 /// ns per call of reserve + release, pick, tick and plan with `conns`
 /// connections registered on `backends` backends.
-fn measure(
-    backends: usize,
-    conns: usize,
-    budget: Duration,
-) -> [f64; 4] {
+fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 4] {
     let token = CancellationToken::new();
     let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
     let entry = ConnEntry {
         client: SocketAddr::from(([127, 0, 0, 1], 40000)),
+        started: SystemTime::now(),
         closer: Arc::new(Closer::new()),
     };
     // Least-used selection spreads them evenly: the pool is balanced.

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 
 use super::MAGIC;
 use crate::pool::registry::Pool;
+use crate::pool::snapshot::PoolSnapshot;
 use crate::probe::wire::{self, Decoder, Version, VersionParams};
 
 /// Dials per client over the whole demo; the story needs about three.
@@ -127,7 +128,7 @@ impl Dialer {
             tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
-        let backend = backend_of(&self.pool, local).unwrap_or_else(|| "?".to_owned());
+        let backend = backend_of(&self.pool.snapshot(), local).unwrap_or_else(|| "?".to_owned());
         self.clients.update(i, |v| {
             v.up = true;
             v.height = Some(height);
@@ -200,12 +201,12 @@ async fn hold(stream: &mut TcpStream, decoder: &mut Decoder) -> io::Result<()> {
     }
 }
 
-/// The backend whose registry entry has `client` as its client address.
-pub(crate) fn backend_of(pool: &Pool, client: SocketAddr) -> Option<String> {
-    pool.backends()
+/// The backend holding a connection from `client` in the snapshot `pool`.
+pub(crate) fn backend_of(pool: &PoolSnapshot, client: SocketAddr) -> Option<String> {
+    pool.backends
         .iter()
-        .find(|b| b.conns.values().any(|e| e.client == client))
-        .map(|b| b.config.name.clone())
+        .find(|b| b.conns.iter().any(|c| c.client == client))
+        .map(|b| b.name.clone())
 }
 
 fn invalid(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {

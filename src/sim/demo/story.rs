@@ -17,7 +17,8 @@ use tracing::{error, info};
 use super::client::{Clients, Dialer};
 use super::{DemoNode, NODES};
 use crate::pool::registry::Pool;
-use crate::pool::status::BackendStatus;
+use crate::pool::snapshot::PoolSnapshot;
+use crate::pool::status::{BackendStatus, PoolStatus};
 
 /// How many clients the demo runs.
 const CLIENTS: usize = 6;
@@ -65,23 +66,26 @@ pub(crate) struct View {
     /// Per client (in order): the backend it is connected through, if it
     /// finished its handshake and the pool still holds its connection.
     pub placed: Vec<Option<String>>,
+    /// The pool snapshot both of the above were read from.
+    pub pool: PoolSnapshot,
 }
 
 impl View {
     /// Look at the pool and the clients now.
     pub fn take(demo: &Demo) -> View {
         let clients = demo.clients.snapshot();
-        let status = demo.pool.status();
+        let pool = demo.pool.snapshot();
         let placed = clients
             .iter()
             .map(|c| match (c.up, c.local) {
-                (true, Some(local)) => super::client::backend_of(&demo.pool, local),
+                (true, Some(local)) => super::client::backend_of(&pool, local),
                 _ => None,
             })
             .collect();
         View {
-            backends: status.backends,
+            backends: PoolStatus::from(&pool).backends,
             placed,
+            pool,
         }
     }
 
@@ -284,12 +288,10 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
     s.wait("rebalanced to 2/2/2", View::balanced).await?;
 
     s.announce("steady", "a balanced pool: nothing moves");
-    let moves = demo.pool.rebalance_moves.load(Ordering::Relaxed);
+    let moves = demo.pool.overview().rebalance_moves;
     let quiet_until = Instant::now() + STEADY;
     s.wait("no move for a while", |v| {
-        Instant::now() >= quiet_until
-            && v.balanced()
-            && demo.pool.rebalance_moves.load(Ordering::Relaxed) == moves
+        Instant::now() >= quiet_until && v.balanced() && v.pool.rebalance_moves == moves
     })
     .await?;
     Ok(())

@@ -2,7 +2,6 @@
 //! and how long each step of the story took. Rendering is a pure function.
 
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::story::{Demo, Reached, View};
@@ -61,19 +60,11 @@ impl Summary {
                 height: c.height.map_or_else(|| "-".to_owned(), |h| h.to_string()),
             })
             .collect();
-        let quarantines: Vec<(String, u64)> = demo
+        let quarantines: Vec<(String, u64)> = view
             .pool
-            .backends()
+            .backends
             .iter()
-            .map(|b| {
-                let n = b
-                    .stats
-                    .quarantines
-                    .iter()
-                    .map(|q| q.load(Ordering::Relaxed))
-                    .sum();
-                (b.config.name.clone(), n)
-            })
+            .map(|b| (b.name.clone(), b.counters.quarantines.values().sum()))
             .collect();
         let nodes = demo
             .nodes
@@ -96,7 +87,7 @@ impl Summary {
         Summary {
             clients,
             nodes,
-            moves: demo.pool.rebalance_moves.load(Ordering::Relaxed),
+            moves: view.pool.rebalance_moves,
             timeline,
             elapsed,
             failure: failure.map(|e| format!("{e:#}")),

@@ -1,0 +1,365 @@
+//! A complete copy of one pool's state at one moment: what `/status`,
+//! metrics, the demo and tests read, and what a state file or a live
+//! upgrade carries. Taken under one lock, with every number copied out, so
+//! it is plain data: no locks, atomics or handles into the live pool.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
+use crate::pool::registry::{Backend, BackendStats, ConnEntry, ConnId, Pool, ProbeRecord};
+
+/// One pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSnapshot {
+    /// Pool name.
+    pub name: String,
+    /// Bound listen addresses.
+    pub listen: Vec<SocketAddr>,
+    /// Admitted client connections (counted against `max_connections`).
+    pub clients: usize,
+    /// Connections moved by the rebalancer since start.
+    pub rebalance_moves: u64,
+    /// Backends in config order.
+    pub backends: Vec<BackendSnapshot>,
+}
+
+/// One backend: its settings' identity, health record, last probe,
+/// counters and live connections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendSnapshot {
+    /// Name.
+    pub name: String,
+    /// `host:port`.
+    pub addr: String,
+    /// A backup.
+    pub backup: bool,
+    /// Where it stands.
+    pub state: State,
+    /// The quarantine, while it lasts (window or waiting for probes).
+    pub quarantine: Option<QuarantineSnapshot>,
+    /// Quarantines since the last success; sets the next window (there is
+    /// no other escalation level).
+    pub strikes: u32,
+    /// Consecutive passed probes since the window ended.
+    pub good_probes: u32,
+    /// Consecutive bad probe verdicts.
+    pub bad_probes: u32,
+    /// Consecutive connect failures from client traffic.
+    pub connect_failures: u32,
+    /// Client connections it closed at once since one it served.
+    pub closes_at_once: u32,
+    /// Last block height a probe read.
+    pub height: Option<u64>,
+    /// That height was proven by the node's headers.
+    pub proven: bool,
+    /// The last probe.
+    pub last_probe: Option<ProbeRecord>,
+    /// Cumulative counters since start.
+    pub counters: Counters,
+    /// Live connections registered on it (connecting ones included).
+    pub connections: usize,
+    /// Those connections, oldest first; empty in an
+    /// [`overview`](Pool::overview), which only counts them.
+    pub conns: Vec<ConnSnapshot>,
+}
+
+/// A quarantine window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantineSnapshot {
+    /// End of the window (wall clock).
+    pub until: SystemTime,
+    /// Why.
+    pub reason: QuarantineReason,
+}
+
+/// A backend's cumulative counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Client connections spliced to it.
+    pub connections_total: u64,
+    /// Failed connects from client traffic (closes at once included).
+    pub connect_failures_total: u64,
+    /// Bytes client → backend.
+    pub bytes_up: u64,
+    /// Bytes backend → client.
+    pub bytes_down: u64,
+    /// Probe results, one entry per outcome (zeros included).
+    pub probes: BTreeMap<ProbeOutcome, u64>,
+    /// Quarantines, one entry per reason (zeros included).
+    pub quarantines: BTreeMap<QuarantineReason, u64>,
+}
+
+impl Counters {
+    /// Probe results with `outcome`.
+    pub fn probe_count(&self, outcome: ProbeOutcome) -> u64 {
+        self.probes.get(&outcome).copied().unwrap_or(0)
+    }
+
+    /// Quarantines for `reason`.
+    pub fn quarantine_count(&self, reason: QuarantineReason) -> u64 {
+        self.quarantines.get(&reason).copied().unwrap_or(0)
+    }
+
+    fn of(stats: &BackendStats) -> Counters {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Counters {
+            connections_total: load(&stats.connections_total),
+            connect_failures_total: load(&stats.connect_failures_total),
+            bytes_up: load(&stats.bytes_up),
+            bytes_down: load(&stats.bytes_down),
+            probes: ProbeOutcome::ALL
+                .iter()
+                .map(|&o| (o, load(&stats.probes[o.index()])))
+                .collect(),
+            quarantines: QuarantineReason::ALL
+                .iter()
+                .map(|&r| (r, load(&stats.quarantines[r.index()])))
+                .collect(),
+        }
+    }
+}
+
+/// One live client connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnSnapshot {
+    /// Its id, as logged in `conn`.
+    pub id: ConnId,
+    /// The client's address.
+    pub client: SocketAddr,
+    /// When the client was accepted (wall clock).
+    pub started: SystemTime,
+    /// Bytes client → backend so far.
+    pub bytes_up: u64,
+    /// Bytes backend → client so far.
+    pub bytes_down: u64,
+    /// Where it stands.
+    pub state: ConnState,
+}
+
+/// Where a registered connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnState {
+    /// Its backend leg is being connected; drain and rebalance leave it be.
+    Connecting,
+    /// Bytes flow; drain and rebalance may close it.
+    Spliced,
+    /// Asked to close, not yet gone from the registry.
+    Closing,
+}
+
+impl ConnSnapshot {
+    fn of(id: ConnId, entry: &ConnEntry) -> ConnSnapshot {
+        ConnSnapshot {
+            id,
+            client: entry.client,
+            started: entry.started,
+            bytes_up: entry.closer.bytes_up.load(Ordering::Relaxed),
+            bytes_down: entry.closer.bytes_down.load(Ordering::Relaxed),
+            state: entry.closer.state(),
+        }
+    }
+}
+
+impl Pool {
+    /// Everything about this pool now, every live connection included.
+    /// Costs O(connections) under the pool lock: for state files, the demo
+    /// and tests, not for every scrape.
+    pub fn snapshot(&self) -> PoolSnapshot {
+        self.take_snapshot(true)
+    }
+
+    /// The same snapshot without the per-connection list (`conns` empty,
+    /// `connections` still counts them): O(backends) under the lock, what
+    /// `/status` and `/metrics` read.
+    pub fn overview(&self) -> PoolSnapshot {
+        self.take_snapshot(false)
+    }
+
+    fn take_snapshot(&self, with_conns: bool) -> PoolSnapshot {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let backends = self
+            .backends()
+            .iter()
+            .map(|b| BackendSnapshot::of(b, with_conns, now, wall))
+            .collect();
+        PoolSnapshot {
+            name: self.name.clone(),
+            listen: self.listen().to_vec(),
+            clients: self.clients(),
+            rebalance_moves: self.rebalance_moves.load(Ordering::Relaxed),
+            backends,
+        }
+    }
+}
+
+impl BackendSnapshot {
+    /// Copy `b` out; `now` and `wall` are the two clocks' same moment.
+    fn of(b: &Backend, with_conns: bool, now: Instant, wall: SystemTime) -> BackendSnapshot {
+        let h = &b.health;
+        let conns = if with_conns {
+            b.conns
+                .iter()
+                .map(|(&id, e)| ConnSnapshot::of(id, e))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        BackendSnapshot {
+            name: b.config.name.clone(),
+            addr: b.config.addr.clone(),
+            backup: b.config.backup,
+            state: h.state(),
+            quarantine: h.quarantine.map(|q| QuarantineSnapshot {
+                until: wall_time(q.until, now, wall),
+                reason: q.reason,
+            }),
+            strikes: h.strikes,
+            good_probes: h.good_probes,
+            bad_probes: h.bad_probes,
+            connect_failures: h.connect_failures,
+            closes_at_once: h.closes_at_once,
+            height: b.height,
+            proven: b.proven,
+            last_probe: b.last_probe.clone(),
+            counters: Counters::of(&b.stats),
+            connections: b.conns.len(),
+            conns,
+        }
+    }
+}
+
+/// The wall-clock time of monotonic instant `at`, given both clocks' `now`.
+fn wall_time(at: Instant, now: Instant, wall: SystemTime) -> SystemTime {
+    if at >= now {
+        wall + (at - now)
+    } else {
+        wall.checked_sub(now - at).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::pool::close::Closer;
+
+    fn pool() -> Arc<Pool> {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\", backup: true }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()))
+    }
+
+    #[test]
+    fn a_registered_connection_is_copied_out_with_its_client_start_and_bytes() {
+        let pool = pool();
+        let started = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let entry = ConnEntry {
+            client: "192.0.2.7:40001".parse().unwrap(),
+            started,
+            closer: Arc::new(Closer::new()),
+        };
+        let (_lease, target) = pool.reserve(42, entry.clone(), &[]).unwrap();
+        entry.closer.bytes_up.fetch_add(100, Ordering::Relaxed);
+        entry.closer.bytes_down.fetch_add(2500, Ordering::Relaxed);
+        target.stats.bytes_up.fetch_add(100, Ordering::Relaxed);
+        assert!(pool.splice_if_wanted(target.id, target.usable, &entry.closer));
+
+        let snap = pool.snapshot();
+        assert_eq!(snap.name, "p");
+        assert_eq!(snap.backends.len(), 2);
+        let a = &snap.backends[0];
+        assert_eq!((a.name.as_str(), a.addr.as_str(), a.backup), ("a", "127.0.0.1:9", false));
+        assert!(snap.backends[1].backup);
+        assert_eq!(a.connections, 1);
+        assert_eq!(
+            a.conns,
+            [ConnSnapshot {
+                id: 42,
+                client: "192.0.2.7:40001".parse().unwrap(),
+                started,
+                bytes_up: 100,
+                bytes_down: 2500,
+                state: ConnState::Spliced,
+            }]
+        );
+        assert_eq!(a.counters.bytes_up, 100);
+        assert_eq!(a.counters.probes.len(), ProbeOutcome::ALL.len());
+        assert!(snap.backends[1].conns.is_empty());
+
+        // The overview counts connections without listing them.
+        let overview = pool.overview();
+        assert_eq!(overview.backends[0].connections, 1);
+        assert!(overview.backends[0].conns.is_empty());
+
+        entry.closer.close(crate::pool::close::CloseReason::Drained);
+        assert_eq!(pool.snapshot().backends[0].conns[0].state, ConnState::Closing);
+    }
+
+    #[test]
+    fn a_quarantined_backend_carries_its_window_and_reason() {
+        let pool = pool();
+        let before = SystemTime::now();
+        pool.quarantine("b", Duration::from_secs(600)).unwrap();
+        let after = SystemTime::now();
+
+        let snap = pool.snapshot();
+        let b = &snap.backends[1];
+        assert_eq!(b.state, State::Quarantined);
+        let q = b.quarantine.expect("quarantined");
+        assert_eq!(q.reason, QuarantineReason::Manual);
+        // Read back on the wall clock: ten minutes from when it was set,
+        // give or take the snapshot's own clock reads.
+        let slack = Duration::from_secs(1);
+        assert!(q.until >= before + Duration::from_secs(600) - slack, "{q:?}");
+        assert!(q.until <= after + Duration::from_secs(600) + slack, "{q:?}");
+        assert_eq!(snap.backends[0].quarantine, None);
+        assert_eq!(snap.backends[0].state, State::Unknown);
+    }
+
+    #[test]
+    fn a_snapshot_survives_serde() {
+        let pool = pool();
+        pool.quarantine("a", Duration::from_secs(60)).unwrap();
+        let entry = ConnEntry {
+            client: "192.0.2.7:40001".parse().unwrap(),
+            started: SystemTime::now(),
+            closer: Arc::new(Closer::new()),
+        };
+        let (_lease, _) = pool.reserve(1, entry, &[]).unwrap();
+        let snap = pool.snapshot();
+        let json = serde_json::to_string(&snap).unwrap();
+        assert!(json.contains("\"state\":\"quarantined\""), "{json}");
+        assert!(json.contains("\"reason\":\"manual\""), "{json}");
+        let back: PoolSnapshot = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, snap);
+    }
+
+    #[test]
+    fn wall_time_follows_the_monotonic_offset() {
+        let now = Instant::now();
+        let wall = UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(
+            wall_time(now + Duration::from_secs(5), now, wall),
+            wall + Duration::from_secs(5)
+        );
+        if let Some(earlier) = now.checked_sub(Duration::from_secs(20)) {
+            assert_eq!(
+                wall_time(earlier, now, wall),
+                wall - Duration::from_secs(20)
+            );
+        }
+    }
+}
