@@ -75,7 +75,7 @@ impl Workers {
     }
 
     /// How many workers there are.
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.handles.len()
     }
 

@@ -78,7 +78,7 @@ impl Server {
             .pools
             .iter()
             .map(|pc| {
-                let listens = bind_all(pc, &pc.listen, workers.len())?;
+                let listens = bind_all(pc, &pc.listen, workers.count())?;
                 let pool = Pool::new(pc.clone(), root.child_token()).with_own(own.clone());
                 let pool = Arc::new(pool);
                 let listens = adopt(&pool, listens);
@@ -227,7 +227,7 @@ impl Server {
             } else {
                 plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_added)
             };
-            let listens = bind_all(pc, wanted, self.workers.len()).map_err(ReloadError::Bind)?;
+            let listens = bind_all(pc, wanted, self.workers.count()).map_err(ReloadError::Bind)?;
             fresh.insert(&pc.name, listens);
         }
         let mut next = Vec::new();
