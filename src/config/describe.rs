@@ -44,6 +44,11 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
         "log: level {}, format {format}, to {file}",
         config.log.level
     )?;
+    writeln!(
+        out,
+        "upgrade: timeout {}",
+        format_duration(config.upgrade_timeout)
+    )?;
     for pool in &config.pools {
         writeln!(out)?;
         write_pool(out, pool)?;

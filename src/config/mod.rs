@@ -27,6 +27,8 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// Where and how to log.
     pub log: LogConfig,
+    /// How long a live upgrade waits for the new process to report ready.
+    pub upgrade_timeout: Duration,
     /// The pools, in file order.
     pub pools: Vec<PoolConfig>,
 }

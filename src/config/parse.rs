@@ -54,6 +54,8 @@ const FALL: u32 = 2;
 const RISE: u32 = 1;
 const DRAIN: bool = true;
 const LOG_LEVEL: &str = "info";
+/// A live upgrade's default wait for the new process.
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Parse and validate config text; `file` only names the file in errors.
 pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
@@ -80,6 +82,7 @@ pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(),
 }
 
 fn build(raw: RawFile) -> Result<Config, Invalid> {
+    let upgrade_timeout = raw.upgrade_timeout;
     let log = raw.log.unwrap_or(RawLog {
         level: None,
         format: None,
@@ -152,7 +155,12 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         }
         pools.push(build_pool(&at, raw_pool, &defaults)?);
     }
-    Ok(Config { admin, log, pools })
+    Ok(Config {
+        admin,
+        log,
+        upgrade_timeout: upgrade_timeout.map_or(UPGRADE_TIMEOUT, |d| d.0),
+        pools,
+    })
 }
 
 /// Two listeners cannot both bind: same port (not 0, the "any free port"

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use crate::config::IpNet;
 use crate::pool::registry::Pool;
 use crate::net::reject_fold::{Reject, RejectLog};
+use crate::net::freeze::Freezer;
 use crate::net::session;
 use crate::net::sockopt;
 
@@ -68,6 +69,8 @@ pub struct Shared {
     pub slots: Arc<Semaphore>,
     /// Folds floods of `rejected` events.
     pub rejects: Arc<RejectLog>,
+    /// Where sessions put their connections when a live upgrade takes them.
+    pub freezer: Freezer,
 }
 
 /// Accept clients for `pool` on `listener` until `token` is cancelled (the
@@ -177,6 +180,7 @@ fn admit(
         peer,
         conn,
         (admission, slot),
+        shared.freezer.clone(),
     ));
 }
 

@@ -7,6 +7,7 @@
 //! `sockopt` and `workers`; it never uses them.
 
 pub mod connect;
+pub mod freeze;
 pub mod listener;
 pub mod reject_fold;
 pub mod session;

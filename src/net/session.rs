@@ -11,13 +11,16 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::pool::close::{CloseReason, Closer};
 use crate::net::connect::{self, ConnectError};
+use crate::net::freeze::{Freezer, Frozen};
+use crate::net::splice::SpliceState;
+use crate::pool::close::{CloseReason, Closer};
 use crate::pool::registry::{Admission, BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 use crate::net::sockopt;
 use crate::net::splice;
 
-/// Serve one accepted client until it closes.
+/// Serve one accepted client until it closes, or until a live upgrade
+/// takes it (then its sockets go to `freezer`, open).
 ///
 /// The client socket arrives tuned (the listener's options are inherited).
 /// This is the connection's task, so what it holds across the splice is what
@@ -31,6 +34,7 @@ pub fn serve(
     // Held for the connection's life: its place under `max_connections` and
     // in the process's descriptor budget.
     admission: (Admission, OwnedSemaphorePermit),
+    freezer: Freezer,
 ) -> impl Future<Output = ()> + Send + 'static {
     let started = Instant::now();
     let closer = Arc::new(Closer::new());
@@ -44,11 +48,129 @@ pub fn serve(
                 Some(leg) => (leg.lease, leg.target, leg.backend, leg.idle_timeout),
                 None => return,
             };
-        let out = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer).await;
-        judge_ending(&pool, &target, &out, started);
-        drop(lease);
-        drop(admission);
-        drop((backend, client));
+        let mut spliced = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer);
+        let out = (&mut spliced).await;
+        let frozen = (out.reason == CloseReason::Handover).then(|| spliced.freeze());
+        let ends = Ends {
+            pool: &pool,
+            target: &target,
+            conn,
+            peer,
+            started,
+        };
+        ends.finish(out, frozen, (client, backend), &freezer, (lease, admission));
+    }
+}
+
+/// Go on with a connection frozen by a live upgrade (in this process or
+/// the one before it), where its splice stood. A connection whose backend
+/// is gone from the pool is closed, as a reload closes it.
+pub fn resume(
+    pool: Arc<Pool>,
+    frozen: Frozen,
+    slot: OwnedSemaphorePermit,
+    freezer: Freezer,
+) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let Frozen {
+            conn,
+            backend: name,
+            addr,
+            peer,
+            started: wall,
+            client,
+            backend_socket,
+            splice: state,
+            ..
+        } = frozen;
+        let age = SystemTime::now().duration_since(wall).unwrap_or_default();
+        let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        let closer = Arc::new(Closer::carried(state.up.moved, state.down.moved));
+        let entry = ConnEntry {
+            client: peer,
+            started: wall,
+            closer: closer.clone(),
+        };
+        let admission = (pool.admit_carried(), slot);
+        let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
+            info!(
+                pool = %pool.name, backend = %name, conn, client = %peer,
+                bytes_up = state.up.moved, bytes_down = state.down.moved,
+                duration_ms = started.elapsed().as_millis() as u64,
+                reason = CloseReason::BackendRemoved.as_str(), "closed"
+            );
+            return;
+        };
+        // Registered with this worker's own event loop.
+        let (client, backend) = match (
+            TcpStream::from_std(client),
+            TcpStream::from_std(backend_socket),
+        ) {
+            (Ok(c), Ok(b)) => (c, b),
+            (Err(err), _) | (_, Err(err)) => {
+                warn!(pool = %pool.name, conn, client = %peer, err = %err, "adopt_failed");
+                return;
+            }
+        };
+        let idle_timeout = pool.config().idle_timeout;
+        let mut spliced =
+            splice::resume(&client, &backend, &target.stats, idle_timeout, &closer, state);
+        let out = (&mut spliced).await;
+        let frozen = (out.reason == CloseReason::Handover).then(|| spliced.freeze());
+        let ends = Ends {
+            pool: &pool,
+            target: &target,
+            conn,
+            peer,
+            started,
+        };
+        ends.finish(out, frozen, (client, backend), &freezer, (lease, admission));
+    }
+}
+
+/// What the end of a splice needs to know about its connection.
+struct Ends<'a> {
+    pool: &'a Pool,
+    target: &'a Target,
+    conn: ConnId,
+    peer: SocketAddr,
+    started: Instant,
+}
+
+impl Ends<'_> {
+    /// After the splice: hand the connection to the upgrade when it was
+    /// frozen for one, else judge and log its end. `held` (its lease and
+    /// admission) is let go after the handover, or before the `closed`
+    /// event, so whoever reads that event sees the registry without it.
+    fn finish(
+        &self,
+        out: splice::Outcome,
+        frozen: Option<SpliceState>,
+        sockets: (TcpStream, TcpStream),
+        freezer: &Freezer,
+        held: impl Sized,
+    ) {
+        let Ends {
+            pool,
+            target,
+            conn,
+            peer,
+            started,
+        } = *self;
+        if let Some(state) = frozen {
+            match self.freeze(state, sockets, freezer) {
+                Ok(()) => return drop(held),
+                Err(err) => {
+                    warn!(pool = %pool.name, conn, client = %peer, err = err.as_str(), "handover_missed");
+                }
+            }
+            judge_ending(pool, target, &out, started);
+            drop(held);
+        } else {
+            judge_ending(pool, target, &out, started);
+            drop(held);
+            drop(sockets);
+        }
         let err = out.error.as_ref().map(|e| e.to_string());
         info!(
             pool = %pool.name, backend = %target.config.name, conn, client = %peer,
@@ -56,6 +178,31 @@ pub fn serve(
             duration_ms = started.elapsed().as_millis() as u64,
             reason = out.reason.as_str(), err, "closed"
         );
+    }
+
+    /// Take both sockets out of this event loop and give them to the
+    /// upgrade; on failure they are closed (dropped) by the caller's return.
+    fn freeze(
+        &self,
+        splice: SpliceState,
+        (client, backend): (TcpStream, TcpStream),
+        freezer: &Freezer,
+    ) -> Result<(), String> {
+        let age = self.started.elapsed();
+        let frozen = Frozen {
+            conn: self.conn,
+            pool: self.pool.name.clone(),
+            backend: self.target.config.name.clone(),
+            addr: self.target.config.addr.clone(),
+            peer: self.peer,
+            started: SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH),
+            client: client.into_std().map_err(|e| e.to_string())?,
+            backend_socket: backend.into_std().map_err(|e| e.to_string())?,
+            splice,
+        };
+        freezer
+            .take(frozen)
+            .map_err(|_| "the upgrade no longer collects connections".to_owned())
     }
 }
 

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use socket2::SockRef;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -74,14 +75,28 @@ pub fn splice<'a>(
     idle_timeout: Option<Duration>,
     closer: &'a Closer,
 ) -> Splice<'a> {
+    resume(client, backend, stats, idle_timeout, closer, SpliceState::default())
+}
+
+/// Splice from where `state` says an earlier splice of the same two
+/// sockets stood (see [`Splice::freeze`]): its counts go on, its unwritten
+/// bytes are written first, and a direction that had ended stays ended.
+pub fn resume<'a>(
+    client: &'a TcpStream,
+    backend: &'a TcpStream,
+    stats: &'a BackendStats,
+    idle_timeout: Option<Duration>,
+    closer: &'a Closer,
+    state: SpliceState,
+) -> Splice<'a> {
     Splice {
         client,
         backend,
         stats,
         closer,
-        up: Dir::default(),
-        down: Dir::default(),
-        first_eof: None,
+        up: Dir::from(state.up),
+        down: Dir::from(state.down),
+        first_eof: state.first_eof,
         idle: idle_timeout.map(|timeout| {
             let last = Instant::now();
             Box::new(Idle {
@@ -90,6 +105,76 @@ pub fn splice<'a>(
                 sleep: Box::pin(tokio::time::sleep_until(last + timeout)),
             })
         }),
+    }
+}
+
+/// Where a splice stood when it stopped for a handover: enough for another
+/// process to go on with the same two sockets, not a byte lost or
+/// repeated. Between polls nothing else is in flight: what was read is
+/// either written or held here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpliceState {
+    /// Client → backend.
+    pub up: DirState,
+    /// Backend → client.
+    pub down: DirState,
+    /// The side whose EOF came first, if one did.
+    pub first_eof: Option<Side>,
+}
+
+/// One direction of a [`SpliceState`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirState {
+    /// Bytes written to the receiver so far.
+    pub moved: u64,
+    /// Bytes read from the sender and not yet written to the receiver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<u8>,
+    /// The sender's EOF was read and passed on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
+}
+
+impl From<DirState> for Dir {
+    fn from(s: DirState) -> Dir {
+        Dir {
+            moved: s.moved,
+            held: (!s.held.is_empty()).then(|| {
+                Box::new(Unwritten {
+                    data: s.held,
+                    sent: 0,
+                })
+            }),
+            done: s.done,
+        }
+    }
+}
+
+impl Dir {
+    fn freeze(&mut self) -> DirState {
+        let held = self
+            .held
+            .take()
+            .map(|h| h.data[h.sent..].to_vec())
+            .unwrap_or_default();
+        DirState {
+            moved: self.moved,
+            held,
+            done: self.done,
+        }
+    }
+}
+
+impl Splice<'_> {
+    /// The state to resume from, once this splice has ended for a
+    /// [`CloseReason::Handover`] (it stops before touching either socket
+    /// in that poll, so the state is exact).
+    pub fn freeze(mut self) -> SpliceState {
+        SpliceState {
+            up: self.up.freeze(),
+            down: self.down.freeze(),
+            first_eof: self.first_eof,
+        }
     }
 }
 
@@ -108,9 +193,13 @@ impl Future for Splice<'_> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
+/// One of a connection's two peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// The accepted client.
     Client,
+    /// The backend node.
     Backend,
 }
 

@@ -35,11 +35,14 @@ pub enum CloseReason {
     NoBackend,
     /// This process ran out of descriptors or memory while connecting.
     LocalResources,
+    /// Not closed: handed over to the process of a live upgrade, which
+    /// carries on with its sockets (never logged as a `closed` reason).
+    Handover,
 }
 
 impl CloseReason {
     /// Every reason, in discriminant order (the first is 1).
-    const ALL: [CloseReason; 12] = [
+    const ALL: [CloseReason; 13] = [
         CloseReason::ClientClosed,
         CloseReason::BackendClosed,
         CloseReason::ClientError,
@@ -52,6 +55,7 @@ impl CloseReason {
         CloseReason::PoolRemoved,
         CloseReason::NoBackend,
         CloseReason::LocalResources,
+        CloseReason::Handover,
     ];
 
     /// The name used in logs.
@@ -69,6 +73,7 @@ impl CloseReason {
             CloseReason::PoolRemoved => "pool_removed",
             CloseReason::NoBackend => "no_backend",
             CloseReason::LocalResources => "local_resources",
+            CloseReason::Handover => "handover",
         }
     }
 
@@ -125,6 +130,16 @@ impl Closer {
     /// rebalance may act on.
     pub fn is_movable(&self) -> bool {
         self.state.load(Ordering::Acquire) == SPLICED
+    }
+
+    /// A closer for a connection carried over from another process, with
+    /// the bytes it had moved there.
+    pub fn carried(bytes_up: u64, bytes_down: u64) -> Closer {
+        Closer {
+            bytes_up: AtomicU64::new(bytes_up),
+            bytes_down: AtomicU64::new(bytes_down),
+            ..Closer::default()
+        }
     }
 
     /// Ask the connection to close; the first reason given wins.

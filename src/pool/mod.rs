@@ -10,6 +10,7 @@
 //! a [`snapshot`](snapshot::PoolSnapshot) (`/status` is built from one).
 
 pub mod apply;
+pub mod carry;
 pub mod close;
 pub mod health;
 pub mod lag;

@@ -146,6 +146,9 @@ pub struct Pool {
     stopped: OnceLock<CloseReason>,
     /// Every listener of the process, which backend legs never dial.
     own: Arc<OwnListeners>,
+    /// A live upgrade is taking the connections: each one is stopped for
+    /// the handover as soon as it is spliced. Read and set under the lock.
+    handing_over: AtomicBool,
 }
 
 impl Pool {
@@ -168,6 +171,7 @@ impl Pool {
             token,
             stopped: OnceLock::new(),
             own: Arc::default(),
+            handing_over: AtomicBool::new(false),
         }
     }
 
@@ -260,7 +264,71 @@ impl Pool {
             return false;
         }
         closer.set_spliced();
+        if self.handing_over.load(Ordering::Relaxed) {
+            closer.close(CloseReason::Handover);
+        }
         true
+    }
+
+    /// A live upgrade takes the connections: every spliced one stops for
+    /// the handover now, and every one still connecting as soon as it is
+    /// spliced (see [`Pool::splice_if_wanted`]), so none is left behind.
+    /// Under the lock, as splices are marked.
+    pub fn begin_handover(&self) {
+        let backends = self.backends();
+        self.handing_over.store(true, Ordering::Relaxed);
+        for entry in backends.iter().flat_map(|b| b.conns.values()) {
+            if entry.closer.is_movable() {
+                entry.closer.close(CloseReason::Handover);
+            }
+        }
+    }
+
+    /// The upgrade failed: connections splice here again.
+    pub fn end_handover(&self) {
+        let _guard = self.backends();
+        self.handing_over.store(false, Ordering::Relaxed);
+    }
+
+    /// Register connection `conn`, carried over from another process, on
+    /// the backend named `name` at `addr` (a backend whose address changed
+    /// is another node), already spliced. `None` when the pool has no such
+    /// backend any more.
+    pub fn adopt(
+        self: &Arc<Self>,
+        conn: ConnId,
+        entry: ConnEntry,
+        name: &str,
+        addr: &str,
+    ) -> Option<(Lease, Target)> {
+        let mut backends = self.backends();
+        let b = backends
+            .iter_mut()
+            .find(|b| b.config.name == name && b.config.addr == addr)?;
+        entry.closer.set_spliced();
+        if let Some(reason) = self.stopped.get() {
+            entry.closer.close(*reason);
+        }
+        b.conns.insert(conn, entry);
+        let target = Target {
+            id: b.id,
+            config: b.config.clone(),
+            stats: b.stats.clone(),
+            usable: b.health.is_usable(),
+        };
+        let lease = Lease {
+            pool: self.clone(),
+            backend: b.id,
+            conn,
+        };
+        Some((lease, target))
+    }
+
+    /// Admit a client carried over from another process: it was admitted
+    /// there, so it counts here even above `max_connections`.
+    pub fn admit_carried(self: &Arc<Self>) -> Admission {
+        self.clients.fetch_add(1, Ordering::AcqRel);
+        Admission { pool: self.clone() }
     }
 
     /// Stop the pool: cancel its token (listeners, rebalancer) and close

@@ -24,6 +24,7 @@ use crate::probe::prober::Prober;
 use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::pool::own::OwnListeners;
+use crate::net::freeze::Freezer;
 use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::runtime::limits;
@@ -110,6 +111,7 @@ impl Server {
                 tracker: tracker.clone(),
                 slots: Arc::new(Semaphore::new(budget)),
                 rejects: Arc::default(),
+                freezer: Freezer::default(),
             },
             root,
             tracker,

@@ -1,0 +1,73 @@
+//! Connections stopped for a live upgrade: each session that is told to
+//! hand over (`CloseReason::Handover`) stops its splice between two polls
+//! and gives its two sockets and splice state to the [`Freezer`], which the
+//! upgrade drains. Nothing is closed: the sockets go on in the new process
+//! (or here again, when the upgrade fails).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+
+use crate::net::splice::SpliceState;
+use crate::pool::registry::ConnId;
+
+/// One connection, stopped and out of the event loop.
+#[derive(Debug)]
+pub struct Frozen {
+    /// Its id, as logged in `conn`.
+    pub conn: ConnId,
+    /// Its pool.
+    pub pool: String,
+    /// Its backend's name.
+    pub backend: String,
+    /// Its backend's address as configured.
+    pub addr: String,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// When the client was accepted (wall clock).
+    pub started: SystemTime,
+    /// The client socket (non-blocking, not registered anywhere).
+    pub client: std::net::TcpStream,
+    /// The backend socket (likewise).
+    pub backend_socket: std::net::TcpStream,
+    /// Where the splice stood.
+    pub splice: SpliceState,
+}
+
+/// Where sessions put their frozen connections while an upgrade collects
+/// them. Cheap to clone (one `Arc`).
+#[derive(Debug, Clone, Default)]
+pub struct Freezer {
+    sink: Arc<Mutex<Option<mpsc::UnboundedSender<Frozen>>>>,
+}
+
+impl Freezer {
+    /// Start collecting; the receiver gets every connection frozen from now
+    /// until [`Freezer::disarm`].
+    pub fn arm(&self) -> mpsc::UnboundedReceiver<Frozen> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.lock() = Some(tx);
+        rx
+    }
+
+    /// Stop collecting.
+    pub fn disarm(&self) {
+        *self.lock() = None;
+    }
+
+    /// Hand `frozen` to the upgrade. When no upgrade collects (it gave up
+    /// waiting for this connection), it comes back: the caller closes it.
+    pub fn take(&self, frozen: Frozen) -> Result<(), Box<Frozen>> {
+        match self.lock().as_ref() {
+            Some(tx) => tx.send(frozen).map_err(|e| Box::new(e.0)),
+            None => Err(Box::new(frozen)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<Frozen>>> {
+        // Plain data behind the lock: a panic elsewhere leaves it usable.
+        self.sink.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,85 @@
+//! What a pool hands the new process of a live upgrade besides its
+//! connections: each backend's cumulative counters, so `/status` and
+//! `/metrics` go on from where they stood instead of from zero.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::pool::health::{ProbeOutcome, QuarantineReason};
+use crate::pool::registry::Pool;
+use crate::pool::snapshot::Counters;
+
+/// One pool's carried state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CarriedPool {
+    /// Pool name.
+    pub name: String,
+    /// Connections moved by the rebalancer.
+    pub rebalance_moves: u64,
+    /// Its backends.
+    pub backends: Vec<CarriedBackend>,
+}
+
+/// One backend's carried state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CarriedBackend {
+    /// Name.
+    pub name: String,
+    /// Address: with another address it is another node.
+    pub addr: String,
+    /// Cumulative counters.
+    pub counters: Counters,
+}
+
+impl Pool {
+    /// This pool's state to carry over.
+    pub fn carry(&self) -> CarriedPool {
+        let snap = self.overview();
+        CarriedPool {
+            name: snap.name,
+            rebalance_moves: snap.rebalance_moves,
+            backends: snap
+                .backends
+                .into_iter()
+                .map(|b| CarriedBackend {
+                    name: b.name,
+                    addr: b.addr,
+                    counters: b.counters,
+                })
+                .collect(),
+        }
+    }
+
+    /// Add the counters carried from the old process to the backends that
+    /// are still configured (same name and address); returns how many
+    /// matched. Run once, before any traffic.
+    pub fn take_carried(&self, carried: &CarriedPool) -> usize {
+        self.rebalance_moves
+            .fetch_add(carried.rebalance_moves, Ordering::Relaxed);
+        let backends = self.backends();
+        let mut matched = 0;
+        for c in &carried.backends {
+            let Some(b) = backends
+                .iter()
+                .find(|b| b.config.name == c.name && b.config.addr == c.addr)
+            else {
+                continue;
+            };
+            matched += 1;
+            let (s, n) = (&b.stats, &c.counters);
+            let add = |a: &AtomicU64, v: u64| a.fetch_add(v, Ordering::Relaxed);
+            add(&s.connections_total, n.connections_total);
+            add(&s.connect_failures_total, n.connect_failures_total);
+            add(&s.bytes_up, n.bytes_up);
+            add(&s.bytes_down, n.bytes_down);
+            for o in ProbeOutcome::ALL {
+                add(&s.probes[o.index()], n.probe_count(o));
+            }
+            for r in QuarantineReason::ALL {
+                add(&s.quarantines[r.index()], n.quarantine_count(r));
+            }
+        }
+        matched
+    }
+}
