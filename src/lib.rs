@@ -46,13 +46,13 @@ pub mod inspect;
 #[cfg(test)]
 mod layers_tests;
 pub use ops::admin_cli;
-pub use ops::control::{Control, ReloadError};
+pub use ops::control::{Control, ReloadError, UpgradeError, Upgraded};
 pub use runtime::{limits, logging};
 
 use std::future::Future;
 
 pub use net::listener::BindError;
-pub use runtime::server::Server;
+pub use runtime::server::{Heritage, Server};
 
 /// Bind and serve `config` until `shutdown` resolves.
 ///

@@ -73,6 +73,13 @@ enum Command {
         #[command(flatten)]
         admin: AdminArg,
     },
+    /// Live upgrade: start the binary this instance was started from, hand
+    /// it every listener and connection, and exit once it serves. Exits 0
+    /// when done, 1 when it failed (the instance then serves on unchanged).
+    Upgrade {
+        #[command(flatten)]
+        admin: AdminArg,
+    },
     /// Self-contained demo on loopback: simulated P2P nodes, clients, a
     /// scripted failure, recovery and lag. Ends by itself.
     #[cfg(feature = "sim")]
@@ -145,6 +152,7 @@ fn main() -> ExitCode {
             backend,
             admin,
         } => call_admin(admin, Call::Release { pool, backend }),
+        Command::Upgrade { admin } => call_admin(admin, Call::Upgrade),
         #[cfg(feature = "sim")]
         Command::Demo => exit(demo()),
         Command::Check | Command::Run => {
@@ -205,6 +213,7 @@ enum Call {
         pool: String,
         backend: String,
     },
+    Upgrade,
 }
 
 impl Call {
@@ -217,6 +226,7 @@ impl Call {
                 window,
             } => admin_cli::quarantine(admin, &pool, &backend, window).await,
             Call::Release { pool, backend } => admin_cli::release(admin, &pool, &backend).await,
+            Call::Upgrade => admin_cli::upgrade(admin).await,
         }
     }
 }
@@ -257,9 +267,18 @@ fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     );
     let result = runtime()?.block_on(async {
         let shutdown = shutdown_signal()?;
-        let server = pin_proxy::Server::bind_file(config, Some(path))?;
-        reload_on_sighup(server.control())?;
-        server.run(shutdown).await;
+        match pin_proxy::Heritage::from_env().await? {
+            None => {
+                let server = pin_proxy::Server::bind_file(config, Some(path))?;
+                on_signals(server.control())?;
+                server.run(shutdown).await;
+            }
+            Some(heritage) => {
+                let (server, heritage) = heritage.into_server(config, path).await?;
+                on_signals(server.control())?;
+                server.run_inherited(shutdown, heritage).await;
+            }
+        }
         anyhow::Ok(())
     });
     if let Err(err) = &result {
@@ -280,13 +299,29 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// Each SIGHUP re-reads the config file (the outcome is logged by the server).
-fn reload_on_sighup(control: Control) -> anyhow::Result<()> {
+/// Each SIGHUP re-reads the config file; each SIGUSR2 starts a live
+/// upgrade. The outcomes are logged by the server.
+fn on_signals(control: Control) -> anyhow::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
+    let reloads = control.clone();
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             // `reloaded` / `reload_failed` are logged where the reload runs.
-            let _ = control.reload().await;
+            let _ = reloads.reload().await;
+        }
+    });
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    tokio::spawn(async move {
+        while usr2.recv().await.is_some() {
+            let control = control.clone();
+            // Not awaited here: a second signal while one runs is refused
+            // (and logged) at once. `upgraded` / `upgrade_failed` are
+            // logged where the upgrade runs.
+            tokio::spawn(async move {
+                if let Err(pin_proxy::UpgradeError::Busy) = control.upgrade().await {
+                    tracing::warn!(reason = "an upgrade is already running", "upgrade_failed");
+                }
+            });
         }
     });
     Ok(())

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, TcpKeepalive, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::config::KeepaliveConfig;
 
@@ -46,13 +46,6 @@ pub fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
     }
 }
 
-/// Bind a listener: SO_REUSEADDR, IPV6_V6ONLY on IPv6 so `[::]` and
-/// `0.0.0.0` can be bound side by side, non-blocking. With `keepalive`,
-/// [`tune`]d before it listens, so every client it accepts starts tuned.
-pub fn bind(addr: SocketAddr, keepalive: Option<&KeepaliveConfig>) -> io::Result<TcpListener> {
-    TcpListener::from_std(bind_std(addr, keepalive, false)?)
-}
-
 /// Fail with `AddrInUse` if something already listens on `addr`, even a
 /// group of `SO_REUSEPORT` sockets (another pin-proxy): those would let a
 /// second group join silently and share the clients. Binds without
@@ -69,9 +62,12 @@ pub fn check_free(addr: SocketAddr) -> io::Result<()> {
     sock.bind(&addr.into())
 }
 
-/// As [`bind`], not yet registered with any runtime; with `reuse_port`,
-/// one of a group of sockets on the same address (`SO_REUSEPORT`: the
-/// kernel spreads clients across them).
+/// Bind a listener, not yet registered with any runtime: SO_REUSEADDR,
+/// IPV6_V6ONLY on IPv6 so `[::]` and `0.0.0.0` can be bound side by side,
+/// non-blocking. With `keepalive`, [`tune`]d before it listens, so every
+/// client it accepts starts tuned. With `reuse_port`, one of a group of
+/// sockets on the same address (`SO_REUSEPORT`: the kernel spreads clients
+/// across them).
 pub fn bind_std(
     addr: SocketAddr,
     keepalive: Option<&KeepaliveConfig>,

@@ -17,7 +17,10 @@
 mod routes;
 mod slots;
 
-pub use routes::{AdminRequest, BackendAnswer, ErrorAnswer, REQUEST_TIMEOUT, parse_request};
+pub use routes::{
+    AdminRequest, BackendAnswer, ErrorAnswer, REQUEST_TIMEOUT, UPGRADE_REQUEST_TIMEOUT,
+    parse_request,
+};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

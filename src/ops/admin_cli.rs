@@ -1,4 +1,4 @@
-//! The `status`, `quarantine` and `release` commands: requests to a running
+//! The `status`, `quarantine`, `release` and `upgrade` commands: requests to a running
 //! instance's admin endpoint over plain HTTP/1.1, answers turned into
 //! one-line confirmations, a table, or one-line errors.
 
@@ -15,7 +15,8 @@ use hyper_util::rt::TokioIo;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::net::TcpStream;
 
-use crate::ops::admin::{BackendAnswer, ErrorAnswer};
+use crate::ops::admin::{BackendAnswer, ErrorAnswer, UPGRADE_REQUEST_TIMEOUT};
+use crate::ops::control::Upgraded;
 use crate::pool::status::Status;
 
 /// Budget for the TCP connect to the admin endpoint.
@@ -92,6 +93,20 @@ pub async fn release(admin: &str, pool: &str, backend: &str) -> anyhow::Result<S
     })
 }
 
+/// `POST /upgrade`: waits until the new process serves (or the upgrade
+/// failed, which is an error).
+///
+/// # Errors
+/// When the instance is unreachable or the upgrade failed.
+pub async fn upgrade(admin: &str) -> anyhow::Result<String> {
+    let body = call_within(admin, Method::POST, "/upgrade", UPGRADE_REQUEST_TIMEOUT).await?;
+    let done: Upgraded = decode(&body)?;
+    Ok(format!(
+        "upgraded: pid {}, generation {}, {} connections handed over\n",
+        done.pid, done.generation, done.connections
+    ))
+}
+
 fn backend_path(pool: &str, backend: &str) -> String {
     format!(
         "/pools/{}/backends/{}",
@@ -125,6 +140,16 @@ pub fn authority(admin: &str) -> anyhow::Result<&str> {
 
 /// One request; the answer's body when it is a success.
 async fn call(admin: &str, method: Method, path: &str) -> anyhow::Result<Bytes> {
+    call_within(admin, method, path, REQUEST_TIMEOUT).await
+}
+
+/// [`call`] with its own budget for the exchange.
+async fn call_within(
+    admin: &str,
+    method: Method,
+    path: &str,
+    budget: Duration,
+) -> anyhow::Result<Bytes> {
     let authority = authority(admin)?;
     let unreachable = |why: String| anyhow!("cannot reach pin-proxy admin at {authority}: {why}");
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority)).await {
@@ -133,7 +158,7 @@ async fn call(admin: &str, method: Method, path: &str) -> anyhow::Result<Bytes> 
         Err(_) => return Err(unreachable("connect timed out".to_owned())),
     };
     let exchange = exchange(stream, authority, method, path);
-    let (status, body) = match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+    let (status, body) = match tokio::time::timeout(budget, exchange).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => return Err(unreachable(format!("{e:#}"))),
         Err(_) => return Err(unreachable("no answer in time".to_owned())),

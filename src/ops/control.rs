@@ -2,8 +2,10 @@
 //! current pools, status, manual quarantine and reload requests.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -35,20 +37,79 @@ pub enum ReloadError {
     ShuttingDown,
 }
 
+/// An upgrade request: the answer says how it went.
+pub type UpgradeRequest = oneshot::Sender<Result<Upgraded, UpgradeError>>;
+
+/// A live upgrade that completed: the answer of `POST /upgrade`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upgraded {
+    /// The new process.
+    pub pid: u32,
+    /// Its generation.
+    pub generation: u64,
+    /// The connections it took over.
+    pub connections: usize,
+}
+
+/// Why a live upgrade failed or was refused; the running process keeps
+/// serving everything. `Display` is the `reason` of `upgrade_failed`.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// Another upgrade is under way.
+    #[error("an upgrade is already running")]
+    Busy,
+    /// The new binary could not be started.
+    #[error("start {path}: {err}")]
+    Spawn {
+        /// The binary.
+        path: String,
+        /// Why.
+        err: std::io::Error,
+    },
+    /// The new process exited before the handover completed.
+    #[error("the new process exited before it was ready ({0})")]
+    Exited(String),
+    /// The new process did not get as far in time.
+    #[error("the new process was not {0} within {1:?}")]
+    Timeout(&'static str, std::time::Duration),
+    /// The new process refused (a handover format it cannot read, a
+    /// listen address it could not bind, ...).
+    #[error("the new process refused: {0}")]
+    Refused(String),
+    /// The handover channel failed.
+    #[error("handover: {0}")]
+    Channel(std::io::Error),
+    /// The server is stopping.
+    #[error("server is shutting down")]
+    ShuttingDown,
+}
+
 /// Shared, cheap to clone.
 #[derive(Clone)]
 pub struct Control {
     pools: Arc<ArcSwap<Vec<Arc<Pool>>>>,
     reload: mpsc::Sender<ReloadRequest>,
+    upgrade: mpsc::Sender<UpgradeRequest>,
+    upgrading: Arc<AtomicBool>,
+    generation: u64,
     started: Instant,
 }
 
 impl Control {
-    /// A handle over `pools`; reload requests go to `reload`.
-    pub fn new(pools: Vec<Arc<Pool>>, reload: mpsc::Sender<ReloadRequest>) -> Control {
+    /// A handle over `pools` of a process of `generation`; reload and
+    /// upgrade requests go to their channels.
+    pub fn new(
+        pools: Vec<Arc<Pool>>,
+        reload: mpsc::Sender<ReloadRequest>,
+        upgrade: mpsc::Sender<UpgradeRequest>,
+        generation: u64,
+    ) -> Control {
         Control {
             pools: Arc::new(ArcSwap::from_pointee(pools)),
             reload,
+            upgrade,
+            upgrading: Arc::default(),
+            generation,
             started: Instant::now(),
         }
     }
@@ -72,6 +133,8 @@ impl Control {
     pub fn status(&self) -> Status {
         Status {
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            generation: self.generation,
             uptime_s: self.started.elapsed().as_secs(),
             pools: self.pools().iter().map(|p| p.status()).collect(),
         }
@@ -88,6 +151,29 @@ impl Control {
             .await
             .map_err(|_| ReloadError::ShuttingDown)?;
         rx.await.map_err(|_| ReloadError::ShuttingDown)?
+    }
+
+    /// Hand everything to a new process of the binary this one was started
+    /// from; waits for the outcome. A second request while one runs is
+    /// refused at once.
+    ///
+    /// # Errors
+    /// Why the upgrade failed; this process then serves on as before.
+    pub async fn upgrade(&self) -> Result<Upgraded, UpgradeError> {
+        if self.upgrading.swap(true, Ordering::AcqRel) {
+            return Err(UpgradeError::Busy);
+        }
+        let result = async {
+            let (tx, rx) = oneshot::channel();
+            self.upgrade
+                .send(tx)
+                .await
+                .map_err(|_| UpgradeError::ShuttingDown)?;
+            rx.await.map_err(|_| UpgradeError::ShuttingDown)?
+        }
+        .await;
+        self.upgrading.store(false, Ordering::Release);
+        result
     }
 }
 

@@ -14,6 +14,12 @@ use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
 pub struct Status {
     /// Crate version.
     pub version: String,
+    /// This process.
+    #[serde(default)]
+    pub pid: u32,
+    /// Live upgrades since the cold start (0 at a cold start).
+    #[serde(default)]
+    pub generation: u64,
     /// Seconds since start.
     pub uptime_s: u64,
     /// Pools in config order.

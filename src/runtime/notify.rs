@@ -47,3 +47,13 @@ pub async fn watchdog(token: CancellationToken) {
         }
     }
 }
+
+/// This process is the service's main process (again): `MAINPID=` and
+/// `READY=1`, for the new process of a live upgrade, or for the old one
+/// taking back after a failed one.
+pub fn main_pid() {
+    send(&[
+        NotifyState::MainPid(std::process::id()),
+        NotifyState::Ready,
+    ]);
+}

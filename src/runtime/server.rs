@@ -19,7 +19,8 @@ use tracing::{error, info, warn};
 
 use crate::pool::close::CloseReason;
 use crate::config::{Config, IpNet};
-use crate::ops::control::{Control, ReloadError, ReloadRequest};
+use crate::ops::control::{Control, ReloadError, ReloadRequest, UpgradeRequest};
+use crate::runtime::handover::protocol::Owner;
 use crate::probe::prober::Prober;
 use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
@@ -33,9 +34,14 @@ use crate::runtime::notify;
 use crate::runtime::rebalance;
 use crate::net::sockopt;
 
+mod inherit;
 mod listen;
+mod upgrade;
 
-use listen::{Listen, PoolRun, adopt, bind_all, bound_addrs, reconfigure, start_accepting};
+pub use inherit::Heritage;
+use listen::{
+    Inherited, Listen, PoolRun, adopt, bind_all, bound_addrs, reconfigure, start_accepting,
+};
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -51,6 +57,15 @@ pub struct Server {
     shared: listener::Shared,
     control: Control,
     reloads: mpsc::Receiver<ReloadRequest>,
+    upgrades: mpsc::Receiver<UpgradeRequest>,
+    /// Live upgrades since the cold start.
+    generation: u64,
+    /// The binary and arguments this process was started with: what an
+    /// upgrade starts.
+    exec: (PathBuf, Vec<std::ffi::OsString>),
+    /// The admin socket's configured address and a second descriptor of
+    /// it, for an upgrade.
+    admin_kept: Option<(SocketAddr, std::net::TcpListener)>,
     /// Every bound pool listener, which backend legs never dial.
     own: Arc<OwnListeners>,
     /// Last: dropped (stopped) after everything that runs on them.
@@ -72,6 +87,18 @@ impl Server {
     /// # Errors
     /// The first address that cannot be bound.
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
+        Server::start(config, path, Inherited::default(), 0, 1)
+    }
+
+    /// Bind what `inherited` does not bring, for a process of `generation`
+    /// whose connection ids start at `next_conn`.
+    fn start(
+        config: Config,
+        path: Option<PathBuf>,
+        mut inherited: Inherited,
+        generation: u64,
+        next_conn: u64,
+    ) -> anyhow::Result<Server> {
         let root = CancellationToken::new();
         let workers = Workers::per_core().context("start the data workers")?;
         let own = OwnListeners::new();
@@ -79,7 +106,7 @@ impl Server {
             .pools
             .iter()
             .map(|pc| {
-                let listens = bind_all(pc, &pc.listen, workers.count())?;
+                let listens = bind_all(pc, &pc.listen, workers.count(), &mut inherited)?;
                 let pool = Pool::new(pc.clone(), root.child_token()).with_own(own.clone());
                 let pool = Arc::new(pool);
                 let listens = adopt(&pool, listens);
@@ -87,27 +114,38 @@ impl Server {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         own.set(bound_addrs(&pools));
-        let admin = match &config.admin {
+        let (admin, admin_kept) = match &config.admin {
             Some(a) => {
-                let l = sockopt::bind(a.listen, None)
-                    .map_err(|e| BindError::new("admin", a.listen, e))?;
+                let failed = |e| BindError::new("admin", a.listen, e);
+                let std = match inherited.take(&Owner::Admin, a.listen) {
+                    Some((_, mut sockets)) if !sockets.is_empty() => sockets.swap_remove(0),
+                    _ => sockopt::bind_std(a.listen, None, false).map_err(failed)?,
+                };
+                let kept = std.try_clone().map_err(failed)?;
+                let l = TcpListener::from_std(std).map_err(failed)?;
                 info!(listen = %l.local_addr()?, "admin_listening");
-                Some((l, a.allow.clone()))
+                (Some((l, a.allow.clone())), Some((a.listen, kept)))
             }
-            None => None,
+            None => (None, None),
         };
         let budget = limits::connection_budget();
         info!(connections = budget, "connection_budget");
         let (reload_tx, reloads) = mpsc::channel(4);
-        let control = Control::new(pools.iter().map(|p| p.pool.clone()).collect(), reload_tx);
+        let (upgrade_tx, upgrades) = mpsc::channel(1);
+        let pool_list = pools.iter().map(|p| p.pool.clone()).collect();
+        let control = Control::new(pool_list, reload_tx, upgrade_tx, generation);
         let tracker = TaskTracker::new();
+        let exec = (
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+            std::env::args_os().skip(1).collect(),
+        );
         Ok(Server {
             config,
             path,
             pools,
             admin,
             shared: listener::Shared {
-                conn_ids: Arc::new(AtomicU64::new(1)),
+                conn_ids: Arc::new(AtomicU64::new(next_conn)),
                 tracker: tracker.clone(),
                 slots: Arc::new(Semaphore::new(budget)),
                 rejects: Arc::default(),
@@ -117,6 +155,10 @@ impl Server {
             tracker,
             control,
             reloads,
+            upgrades,
+            generation,
+            exec,
+            admin_kept,
             own,
             workers,
         })
@@ -141,8 +183,15 @@ impl Server {
     }
 
     /// Serve until `shutdown` resolves, then stop accepting, close every
-    /// connection and wait (bounded) for them to finish.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+    /// connection and wait (bounded) for them to finish. Returns early,
+    /// closing nothing, once a live upgrade has handed everything over.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        self.serve(shutdown, None).await;
+    }
+
+    /// [`Server::run`], for the new process of an upgrade: `heritage` brings
+    /// the connections once this one serves.
+    async fn serve(mut self, shutdown: impl Future<Output = ()>, heritage: Option<Heritage>) {
         let prober = Prober::new(self.tracker.clone(), self.root.clone());
         for i in 0..self.pools.len() {
             self.start_pool(i, &prober);
@@ -152,21 +201,35 @@ impl Server {
             self.tracker.spawn(admin::serve(l, allow, control, token));
         }
         self.tracker.spawn(notify::watchdog(self.root.clone()));
-        notify::ready();
-        info!("ready");
+        match heritage {
+            Some(heritage) => self.take_connections(heritage).await,
+            None => notify::ready(),
+        }
+        info!(generation = self.generation, "ready");
         tokio::pin!(shutdown);
-        loop {
+        let handed_over = loop {
             tokio::select! {
-                () = &mut shutdown => break,
+                () = &mut shutdown => break false,
                 Some(reply) = self.reloads.recv() => {
                     let result = self.reload(&prober);
                     // The requester may have gone away; the outcome is logged either way.
                     let _ = reply.send(result);
                 }
+                Some(reply) = self.upgrades.recv() => {
+                    let result = self.upgrade().await;
+                    let done = result.is_ok();
+                    // The outcome is logged either way.
+                    let _ = reply.send(result);
+                    if done {
+                        break true;
+                    }
+                }
             }
+        };
+        if !handed_over {
+            notify::stopping();
+            info!("shutdown");
         }
-        notify::stopping();
-        info!("shutdown");
         for run in &self.pools {
             run.pool.stop(CloseReason::Shutdown);
         }
@@ -229,7 +292,8 @@ impl Server {
             } else {
                 plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_added)
             };
-            let listens = bind_all(pc, wanted, self.workers.count()).map_err(ReloadError::Bind)?;
+            let listens = bind_all(pc, wanted, self.workers.count(), &mut Inherited::default())
+                .map_err(ReloadError::Bind)?;
             fresh.insert(&pc.name, listens);
         }
         let mut next = Vec::new();

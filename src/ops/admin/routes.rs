@@ -26,6 +26,9 @@ pub const MAX_BODY: usize = 64 * 1024;
 const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Budget for answering one request, body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Budget for answering `POST /upgrade`: beyond any `upgrade_timeout`
+/// (the upgrade itself gives up first and answers 422).
+pub const UPGRADE_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest manual quarantine accepted, in days: far beyond any
 /// maintenance, and keeps the window's end representable.
 const MAX_WINDOW_DAYS: u64 = 365;
@@ -77,6 +80,7 @@ enum Route {
     Metrics,
     Healthz,
     Reload,
+    Upgrade,
     Quarantine { pool: String, backend: String },
     Release { pool: String, backend: String },
 }
@@ -90,6 +94,7 @@ impl Route {
             ["metrics"] => Route::Metrics,
             ["healthz"] => Route::Healthz,
             ["reload"] => Route::Reload,
+            ["upgrade"] => Route::Upgrade,
             ["pools", pool, "backends", backend, action] => {
                 let (pool, backend) = (decode(pool)?, decode(backend)?);
                 match *action {
@@ -106,7 +111,9 @@ impl Route {
     fn allow(&self) -> &'static str {
         match self {
             Route::Status | Route::Metrics | Route::Healthz => "GET, HEAD",
-            Route::Reload | Route::Quarantine { .. } | Route::Release { .. } => "POST",
+            Route::Reload | Route::Upgrade | Route::Quarantine { .. } | Route::Release { .. } => {
+                "POST"
+            }
         }
     }
 
@@ -131,6 +138,8 @@ pub enum AdminRequest {
     Healthz,
     /// `POST /reload`.
     Reload,
+    /// `POST /upgrade`.
+    Upgrade,
     /// `POST /pools/{pool}/backends/{backend}/quarantine?for=...`.
     Quarantine {
         /// Pool name (percent-decoded).
@@ -187,6 +196,7 @@ pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, 
         Route::Metrics => AdminRequest::Metrics,
         Route::Healthz => AdminRequest::Healthz,
         Route::Reload => AdminRequest::Reload,
+        Route::Upgrade => AdminRequest::Upgrade,
         Route::Quarantine { pool, backend } => AdminRequest::Quarantine {
             pool,
             backend,
@@ -207,7 +217,13 @@ fn decode(segment: &str) -> Result<String, Fail> {
 /// Answer one request from `peer` (an allowed client holding a slot).
 pub async fn respond(req: Request<Incoming>, peer: SocketAddr, ctx: &Ctx) -> Answer {
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    let answer = match tokio::time::timeout(REQUEST_TIMEOUT, route(req, ctx)).await {
+    // An upgrade waits for the new process, within its own timeouts.
+    let budget = if path == "/upgrade" {
+        UPGRADE_REQUEST_TIMEOUT
+    } else {
+        REQUEST_TIMEOUT
+    };
+    let answer = match tokio::time::timeout(budget, route(req, ctx)).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(fail)) => error(fail),
         Err(_) => error(Fail::new(
@@ -299,6 +315,7 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
         }
         AdminRequest::Healthz => Ok(healthz()),
         AdminRequest::Reload => reload(ctx).await,
+        AdminRequest::Upgrade => upgrade(ctx).await,
         AdminRequest::Quarantine {
             pool,
             backend,
@@ -367,6 +384,13 @@ async fn reload(ctx: &Ctx) -> Result<Answer, Fail> {
             StatusCode::SERVICE_UNAVAILABLE,
             "server is shutting down",
         )),
+        Err(err) => Err(Fail::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string())),
+    }
+}
+
+async fn upgrade(ctx: &Ctx) -> Result<Answer, Fail> {
+    match ctx.control.upgrade().await {
+        Ok(done) => json(StatusCode::OK, &done),
         Err(err) => Err(Fail::new(StatusCode::UNPROCESSABLE_ENTITY, err.to_string())),
     }
 }

@@ -21,8 +21,10 @@ const RIGHT: [bool; 8] = [false, false, true, true, false, false, true, true];
 /// `status` as text, with ages and remaining windows relative to `now`.
 pub fn render(status: &Status, now: SystemTime) -> String {
     let mut out = format!(
-        "pin-proxy {}, up {}\n",
+        "pin-proxy {}, pid {}, generation {}, up {}\n",
         status.version,
+        status.pid,
+        status.generation,
         humantime::format_duration(Duration::from_secs(status.uptime_s))
     );
     for pool in &status.pools {
@@ -160,6 +162,8 @@ mod tests {
         });
         let status = Status {
             version: "1.0.0".to_owned(),
+            pid: 4321,
+            generation: 2,
             uptime_s: 3700,
             pools: vec![PoolStatus {
                 name: "p".to_owned(),

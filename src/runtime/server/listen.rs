@@ -5,13 +5,17 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use std::os::fd::OwnedFd;
+
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use super::BindError;
 use crate::config::PoolConfig;
 use crate::pool::registry::Pool;
+use crate::runtime::handover::protocol::{CarriedListener, Owner};
 use crate::runtime::reload::Bound;
 use crate::net::workers::Workers;
 use crate::net::listener;
@@ -26,6 +30,12 @@ pub(super) struct Listen {
     /// Bound (one socket per data worker, `SO_REUSEPORT`) but not yet
     /// accepting.
     pending: Vec<std::net::TcpListener>,
+    /// A second descriptor of each accepting socket, outside the event
+    /// loops: what a live upgrade hands over, and what accepting starts
+    /// again from when an upgrade fails.
+    pub(super) kept: Vec<std::net::TcpListener>,
+    /// The accept loops on it.
+    loops: Vec<JoinHandle<()>>,
 }
 
 impl Listen {
@@ -56,6 +66,11 @@ pub(super) fn bound_addrs(pools: &[PoolRun]) -> Vec<SocketAddr> {
 pub(super) fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, workers: &Workers) {
     for l in &mut run.listens {
         for (i, listener) in l.pending.drain(..).enumerate() {
+            match listener.try_clone() {
+                Ok(kept) => l.kept.push(kept),
+                // Only a live upgrade needs it, and it checks.
+                Err(e) => error!(pool = %run.pool.name, listen = %l.local, err = %e, "listener_dup_failed"),
+            }
             let (pool, token, shared2) = (run.pool.clone(), l.token.clone(), shared.clone());
             let local = l.local;
             let task = async move {
@@ -65,18 +80,91 @@ pub(super) fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, work
                     Err(e) => error!(pool = %pool.name, listen = %local, err = %e, "accept_failed"),
                 }
             };
-            workers.handle(i).spawn(shared.tracker.track_future(task));
+            l.loops
+                .push(workers.handle(i).spawn(shared.tracker.track_future(task)));
         }
+    }
+}
+
+/// Stop the pool's accept loops and wait until they are gone. The sockets
+/// stay open (in `kept`, and in the new process of an upgrade): clients
+/// keep queueing on them and nobody is refused.
+pub(super) async fn stop_accepting(run: &mut PoolRun) {
+    for l in &mut run.listens {
+        l.token.cancel();
+        for task in l.loops.drain(..) {
+            // A loop that panicked is gone too; nothing to do about it here.
+            let _ = task.await;
+        }
+    }
+}
+
+/// Accept again on the kept sockets (an upgrade failed after accepting
+/// had stopped).
+pub(super) fn resume_accepting(run: &mut PoolRun, shared: &listener::Shared, workers: &Workers) {
+    for l in &mut run.listens {
+        l.token = run.pool.token.child_token();
+        for kept in std::mem::take(&mut l.kept) {
+            l.pending.push(kept);
+        }
+    }
+    start_accepting(run, shared, workers);
+}
+
+/// Listening sockets taken over from the process before a live upgrade,
+/// by owner and configured address, until a pool claims them.
+#[derive(Default)]
+pub(super) struct Inherited {
+    listeners: Vec<(CarriedListener, Vec<std::net::TcpListener>)>,
+}
+
+impl Inherited {
+    /// The sockets of `carried`, taken from `fds` in order.
+    pub(super) fn new(carried: Vec<CarriedListener>, fds: Vec<OwnedFd>) -> Result<Inherited, String> {
+        let mut fds = fds.into_iter();
+        let mut listeners = Vec::new();
+        for c in carried {
+            let sockets: Vec<std::net::TcpListener> =
+                fds.by_ref().take(c.sockets).map(Into::into).collect();
+            if sockets.len() != c.sockets || sockets.is_empty() {
+                return Err(format!("listener {} came without its sockets", c.local));
+            }
+            listeners.push((c, sockets));
+        }
+        Ok(Inherited { listeners })
+    }
+
+    /// The sockets of `owner`'s listener configured as `configured`, with
+    /// the address they are bound to.
+    pub(super) fn take(
+        &mut self,
+        owner: &Owner,
+        configured: SocketAddr,
+    ) -> Option<(SocketAddr, Vec<std::net::TcpListener>)> {
+        let i = self
+            .listeners
+            .iter()
+            .position(|(c, _)| &c.owner == owner && c.configured == configured)?;
+        let (c, sockets) = self.listeners.swap_remove(i);
+        Some((c.local, sockets))
+    }
+
+    /// How many were taken over in all (claimed or not).
+    pub(super) fn count(&self) -> usize {
+        self.listeners.len()
     }
 }
 
 /// Bind `addrs` for pool `pc`, `sockets` times each (one per data worker,
 /// on the same port), logging `listening` for each address. The listeners
 /// are not tied to a pool until [`adopt`]ed.
+/// An address taken over from an upgrade's old process comes with its
+/// sockets (more are bound beside them when this process has more workers).
 pub(super) fn bind_all(
     pc: &PoolConfig,
     addrs: &[SocketAddr],
     sockets: usize,
+    inherited: &mut Inherited,
 ) -> Result<Vec<Listen>, BindError> {
     let name = &pc.name;
     let mut out = Vec::new();
@@ -84,12 +172,16 @@ pub(super) fn bind_all(
         let failed = |e| BindError::new(format!("pool {name}"), *addr, e);
         let bind =
             |at: SocketAddr| sockopt::bind_std(at, Some(&pc.keepalive), true).map_err(failed);
-        sockopt::check_free(*addr).map_err(failed)?;
-        let first = bind(*addr)?;
-        // A port-0 address: the rest join the port the first one got.
-        let local = first.local_addr().map_err(failed)?;
-        let mut pending = vec![first];
-        for _ in 1..sockets {
+        let (local, mut pending) = match inherited.take(&Owner::Pool(name.clone()), *addr) {
+            Some(taken) => taken,
+            None => {
+                sockopt::check_free(*addr).map_err(failed)?;
+                let first = bind(*addr)?;
+                // A port-0 address: the rest join the port the first one got.
+                (first.local_addr().map_err(failed)?, vec![first])
+            }
+        };
+        while pending.len() < sockets {
             pending.push(bind(local)?);
         }
         out.push(Listen {
@@ -97,12 +189,35 @@ pub(super) fn bind_all(
             local,
             token: CancellationToken::new(),
             pending,
+            kept: Vec::new(),
+            loops: Vec::new(),
         });
     }
     for l in &out {
         info!(pool = %name, listen = %l.local, "listening");
     }
     Ok(out)
+}
+
+/// What a live upgrade hands over of `runs`' listeners: their description
+/// and, in the same order, their kept sockets.
+pub(super) fn carried<'a>(
+    runs: &'a [PoolRun],
+) -> (Vec<CarriedListener>, Vec<&'a std::net::TcpListener>) {
+    let mut carried = Vec::new();
+    let mut sockets = Vec::new();
+    for run in runs {
+        for l in &run.listens {
+            carried.push(CarriedListener {
+                owner: Owner::Pool(run.pool.name.clone()),
+                configured: l.configured,
+                local: l.local,
+                sockets: l.kept.len(),
+            });
+            sockets.extend(&l.kept);
+        }
+    }
+    (carried, sockets)
 }
 
 /// Tie listeners to `pool`: they stop when it stops. Records the

@@ -1,0 +1,193 @@
+//! What the running process and its successor say over the handover
+//! channel, in order:
+//!
+//! 1. old → new `OFFER`: a fixed magic and the format number. This first
+//!    message never changes shape, so any build can read any build's.
+//! 2. new → old `ACCEPT` (the format it will read) or `REFUSE` (a reason):
+//!    a build that cannot read the format refuses before anything moves.
+//! 3. old → new `INHERIT`: [`Inheritance`] (generation, next connection
+//!    id, each pool's carried state, the listeners) as JSON, with every
+//!    listening socket attached.
+//! 4. new → old `READY` once it serves (listeners adopted, new ones bound,
+//!    health restored), or `REFUSE`. Until here nothing has moved: on any
+//!    failure the old process just carries on.
+//! 5. old → new `CONNS` batches ([`CarriedConn`]s as JSON, client and
+//!    backend socket of each attached), then `END` with the count.
+//! 6. new → old `ADOPTED` with the count; the old process exits.
+
+use std::net::SocketAddr;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::net::splice::SpliceState;
+use crate::pool::carry::CarriedPool;
+use crate::pool::registry::ConnId;
+
+/// The format this build sends and reads.
+pub const FORMAT: u32 = 1;
+/// The start of every offer.
+pub const MAGIC: &[u8] = b"pin-proxy handover";
+
+/// Message tags.
+pub mod tag {
+    /// Old → new: magic + format (u32, little-endian).
+    pub const OFFER: u8 = b'O';
+    /// New → old: format (u32, little-endian).
+    pub const ACCEPT: u8 = b'A';
+    /// Either way: a reason (UTF-8); the upgrade stops.
+    pub const REFUSE: u8 = b'R';
+    /// Old → new: [`super::Inheritance`] + listening sockets.
+    pub const INHERIT: u8 = b'I';
+    /// New → old: serving.
+    pub const READY: u8 = b'Y';
+    /// Old → new: [`super::CarriedConn`]s + their sockets.
+    pub const CONNS: u8 = b'C';
+    /// Old → new: [`super::Count`] of connections sent.
+    pub const END: u8 = b'E';
+    /// New → old: [`super::Count`] of connections adopted.
+    pub const ADOPTED: u8 = b'D';
+}
+
+/// Connections per `CONNS` message (two sockets each).
+pub const CONNS_PER_MESSAGE: usize = 100;
+
+/// The body of an `OFFER`.
+pub fn offer(format: u32) -> Vec<u8> {
+    let mut body = MAGIC.to_vec();
+    body.extend_from_slice(&format.to_le_bytes());
+    body
+}
+
+/// The format an `OFFER` body names, if it is one.
+pub fn read_offer(body: &[u8]) -> Option<u32> {
+    let rest = body.strip_prefix(MAGIC)?;
+    Some(u32::from_le_bytes(rest.get(..4)?.try_into().ok()?))
+}
+
+/// The body of an `ACCEPT` for `format`.
+pub fn accept(format: u32) -> Vec<u8> {
+    format.to_le_bytes().to_vec()
+}
+
+/// The format an `ACCEPT` body names.
+pub fn read_accept(body: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(body.get(..4)?.try_into().ok()?))
+}
+
+/// Whether this build reads `format`, and if not, the refusal's reason.
+pub fn readable(format: u32) -> Result<(), String> {
+    if format == FORMAT {
+        Ok(())
+    } else {
+        Err(format!(
+            "handover format {format} offered, this build reads only format {FORMAT}"
+        ))
+    }
+}
+
+/// What the new process takes over besides connections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inheritance {
+    /// The old process's generation (the new one is one more).
+    pub generation: u64,
+    /// The next connection id the old process would have given.
+    pub next_conn: ConnId,
+    /// Each pool's carried state.
+    pub pools: Vec<CarriedPool>,
+    /// The listening sockets, in the order they are attached.
+    pub listeners: Vec<CarriedListener>,
+}
+
+/// One listen address and its sockets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedListener {
+    /// `admin` for the admin endpoint, else the pool's name.
+    pub owner: Owner,
+    /// As configured (`127.0.0.1:0` stays `:0`): what the new config is
+    /// matched against.
+    pub configured: SocketAddr,
+    /// Where it is bound.
+    pub local: SocketAddr,
+    /// How many sockets (one per data worker) are attached for it.
+    pub sockets: usize,
+}
+
+/// Whose listener it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Owner {
+    /// The admin endpoint.
+    Admin,
+    /// A pool, by name.
+    Pool(String),
+}
+
+/// One spliced connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedConn {
+    /// Its id (kept, so one client's log lines join up).
+    pub conn: ConnId,
+    /// Its pool.
+    pub pool: String,
+    /// Its backend's name.
+    pub backend: String,
+    /// Its backend's address as configured.
+    pub addr: String,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// When the client was accepted.
+    pub started: SystemTime,
+    /// Where its splice stood.
+    pub splice: SpliceState,
+}
+
+/// A count of connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Count {
+    /// How many.
+    pub connections: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offer_reads_back_and_anything_else_is_no_offer() {
+        assert_eq!(read_offer(&offer(FORMAT)), Some(FORMAT));
+        assert_eq!(read_offer(&offer(7)), Some(7));
+        assert_eq!(read_offer(b"pin-proxy handove"), None);
+        assert_eq!(read_offer(&offer(1)[..MAGIC.len() + 3]), None);
+        assert_eq!(read_offer(b"GET / HTTP/1.1\r\n"), None);
+        assert_eq!(read_accept(&accept(3)), Some(3));
+        assert_eq!(read_accept(&[1, 0]), None);
+    }
+
+    #[test]
+    fn only_this_builds_format_is_readable() {
+        assert!(readable(FORMAT).is_ok());
+        let err = readable(FORMAT + 1).unwrap_err();
+        assert!(err.contains(&format!("format {}", FORMAT + 1)), "{err}");
+    }
+
+    #[test]
+    fn a_carried_connection_survives_json_with_its_held_bytes() {
+        let mut splice = SpliceState::default();
+        splice.up.moved = 5;
+        splice.down.held = vec![0, 255, 7];
+        splice.up.done = true;
+        let conn = CarriedConn {
+            conn: 42,
+            pool: "p".into(),
+            backend: "a".into(),
+            addr: "127.0.0.1:9".into(),
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            started: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
+            splice,
+        };
+        let json = serde_json::to_vec(&[&conn]).unwrap();
+        let back: Vec<CarriedConn> = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, [conn]);
+    }
+}

@@ -1,0 +1,225 @@
+//! The running process's side of a live upgrade: start the new binary,
+//! offer the handover, give it the listeners and state, wait until it
+//! serves, then give it the connections. Every wait is bounded and also
+//! watches the new process, so one that exits or hangs fails the upgrade
+//! instead of stalling it.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::net::freeze::Frozen;
+use crate::ops::control::UpgradeError;
+use crate::runtime::handover::protocol::{
+    self, CONNS_PER_MESSAGE, CarriedConn, Count, FORMAT, Inheritance, tag,
+};
+use crate::runtime::handover::wire::{Channel, Message, Rendezvous};
+use crate::runtime::handover::ENV;
+
+/// A started new process and the channel to it.
+pub struct Successor {
+    child: Child,
+    chan: Channel,
+    pid: u32,
+    /// How long the current wait may take, for its error.
+    budget: std::time::Duration,
+}
+
+impl Successor {
+    /// Start `exe` with `args` and wait (until `deadline`) for it to
+    /// connect.
+    ///
+    /// # Errors
+    /// It could not be started, exited, or did not connect in time.
+    pub async fn start(
+        exe: &Path,
+        args: &[OsString],
+        deadline: Instant,
+    ) -> Result<Successor, UpgradeError> {
+        let rendezvous = Rendezvous::bind().map_err(UpgradeError::Channel)?;
+        let mut child = Command::new(exe)
+            .args(args)
+            .env(ENV, rendezvous.name())
+            // sd_notify's watchdog is for the pid systemd named; the new
+            // process takes it over with MAINPID=.
+            .env_remove("WATCHDOG_PID")
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|err| UpgradeError::Spawn {
+                path: exe.display().to_string(),
+                err,
+            })?;
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let Some(pid) = child.id() else {
+            return Err(exited(child.wait().await));
+        };
+        let accepted = tokio::select! {
+            r = rendezvous.accept_from(pid) => r,
+            status = child.wait() => return Err(exited(status)),
+            () = tokio::time::sleep_until(deadline) => {
+                kill(&mut child).await;
+                return Err(UpgradeError::Timeout("connected", budget));
+            }
+        };
+        match accepted {
+            Ok(chan) => Ok(Successor {
+                child,
+                chan,
+                pid,
+                budget,
+            }),
+            Err(e) => {
+                kill(&mut child).await;
+                Err(UpgradeError::Channel(e))
+            }
+        }
+    }
+
+    /// The new process's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Offer the handover, send `inheritance` with the listening `sockets`,
+    /// and wait until the new process serves. Nothing moves before this
+    /// returns Ok: on an error the caller abandons the new process and
+    /// carries on.
+    ///
+    /// # Errors
+    /// The new process refused, exited, hung, or the channel failed.
+    pub async fn prepare(
+        &mut self,
+        inheritance: &Inheritance,
+        sockets: &[BorrowedFd<'_>],
+        deadline: Instant,
+    ) -> Result<(), UpgradeError> {
+        self.send(tag::OFFER, &protocol::offer(FORMAT), &[]).await?;
+        let answer = self.expect(tag::ACCEPT, "accepting", deadline).await?;
+        match protocol::read_accept(&answer.body) {
+            Some(FORMAT) => {}
+            other => {
+                return Err(UpgradeError::Refused(format!(
+                    "it answered format {other:?} to format {FORMAT}"
+                )));
+            }
+        }
+        let body = serde_json::to_vec(inheritance).map_err(|e| UpgradeError::Channel(e.into()))?;
+        self.send(tag::INHERIT, &body, sockets).await?;
+        self.expect(tag::READY, "ready", deadline).await?;
+        Ok(())
+    }
+
+    /// Send every frozen connection, then wait (until `deadline`) for the
+    /// new process to say it adopted them all.
+    ///
+    /// # Errors
+    /// The new process exited, hung or miscounted; the channel failed.
+    pub async fn hand_over(
+        &mut self,
+        conns: &[Frozen],
+        deadline: Instant,
+    ) -> Result<usize, UpgradeError> {
+        self.budget = deadline.saturating_duration_since(Instant::now());
+        for batch in conns.chunks(CONNS_PER_MESSAGE) {
+            let carried: Vec<CarriedConn> = batch.iter().map(carried).collect();
+            let body = serde_json::to_vec(&carried).map_err(|e| UpgradeError::Channel(e.into()))?;
+            let fds: Vec<BorrowedFd<'_>> = batch
+                .iter()
+                .flat_map(|f| [f.client.as_fd(), f.backend_socket.as_fd()])
+                .collect();
+            self.send(tag::CONNS, &body, &fds).await?;
+        }
+        let count = Count {
+            connections: conns.len(),
+        };
+        let body = serde_json::to_vec(&count).map_err(|e| UpgradeError::Channel(e.into()))?;
+        self.send(tag::END, &body, &[]).await?;
+        let answer = self.expect(tag::ADOPTED, "done adopting", deadline).await?;
+        match serde_json::from_slice::<Count>(&answer.body) {
+            Ok(adopted) if adopted == count => Ok(adopted.connections),
+            _ => Err(UpgradeError::Refused(format!(
+                "it did not confirm the {} connections sent",
+                conns.len()
+            ))),
+        }
+    }
+
+    /// Stop the new process (SIGKILL) and reap it: the upgrade failed.
+    pub async fn abandon(mut self) {
+        kill(&mut self.child).await;
+    }
+
+    async fn send(&mut self, tag: u8, body: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), UpgradeError> {
+        tokio::select! {
+            r = self.chan.send(tag, body, fds) => r.map_err(UpgradeError::Channel),
+            status = self.child.wait() => Err(exited(status)),
+        }
+    }
+
+    /// The next message, which must be `want`: a refusal, an exit, the
+    /// channel closing or the deadline fail the upgrade.
+    async fn expect(
+        &mut self,
+        want: u8,
+        what: &'static str,
+        deadline: Instant,
+    ) -> Result<Message, UpgradeError> {
+        let received = tokio::select! {
+            r = self.chan.recv() => r,
+            status = self.child.wait() => return Err(exited(status)),
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(UpgradeError::Timeout(what, self.budget));
+            }
+        };
+        match received {
+            Ok(m) if m.tag == want => Ok(m),
+            Ok(m) if m.tag == tag::REFUSE => Err(UpgradeError::Refused(
+                String::from_utf8_lossy(&m.body).into_owned(),
+            )),
+            Ok(m) => Err(UpgradeError::Refused(format!(
+                "unexpected message {:?} instead of {:?}",
+                char::from(m.tag),
+                char::from(want)
+            ))),
+            // It closed the channel: it is exiting; say how, if it does so soon.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                let soon = std::time::Duration::from_secs(2);
+                match tokio::time::timeout(soon, self.child.wait()).await {
+                    Ok(status) => Err(exited(status)),
+                    Err(_) => Err(UpgradeError::Channel(e)),
+                }
+            }
+            Err(e) => Err(UpgradeError::Channel(e)),
+        }
+    }
+}
+
+fn carried(f: &Frozen) -> CarriedConn {
+    CarriedConn {
+        conn: f.conn,
+        pool: f.pool.clone(),
+        backend: f.backend.clone(),
+        addr: f.addr.clone(),
+        peer: f.peer,
+        started: f.started,
+        splice: f.splice.clone(),
+    }
+}
+
+fn exited(status: io::Result<std::process::ExitStatus>) -> UpgradeError {
+    UpgradeError::Exited(match status {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("wait: {e}"),
+    })
+}
+
+async fn kill(child: &mut Child) {
+    // Already gone is fine: either way it is reaped below.
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}

@@ -1,0 +1,271 @@
+//! The handover channel between a running process and its successor: a
+//! Unix `SOCK_SEQPACKET` connection on an abstract address (no file to
+//! clean up, nothing inherited), accepted only from the successor's pid.
+//! A message is a tag, a body of any length and any number of file
+//! descriptors (`SCM_RIGHTS`); it travels as datagrams of at most
+//! [`DATAGRAM`] bytes and [`FDS_PER_DATAGRAM`] descriptors, each
+//! `[tag, more]` + a slice of the body, `more` = 0 on the last.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+/// Largest datagram, header included: well inside the default socket
+/// buffer, which a datagram must fit.
+pub const DATAGRAM: usize = 60 * 1024;
+/// Descriptors per datagram (the kernel takes at most 253).
+pub const FDS_PER_DATAGRAM: usize = 240;
+const HEAD: usize = 2;
+
+/// One received message.
+#[derive(Debug)]
+pub struct Message {
+    /// What it is.
+    pub tag: u8,
+    /// Its body, reassembled.
+    pub body: Vec<u8>,
+    /// Its descriptors, in the order sent (close-on-exec).
+    pub fds: Vec<OwnedFd>,
+}
+
+/// The running process's end before the successor connects.
+#[derive(Debug)]
+pub struct Rendezvous {
+    fd: AsyncFd<OwnedFd>,
+    name: String,
+}
+
+impl Rendezvous {
+    /// Listen on a fresh abstract address.
+    ///
+    /// # Errors
+    /// The socket calls' errors.
+    pub fn bind() -> io::Result<Rendezvous> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!("pin-proxy-upgrade-{}-{nanos:x}", std::process::id());
+        let fd = seqpacket()?;
+        rustix::net::bind(&fd, &SocketAddrUnix::new_abstract_name(name.as_bytes())?)?;
+        rustix::net::listen(&fd, 4)?;
+        Ok(Rendezvous {
+            fd: register(fd, Interest::READABLE)?,
+            name,
+        })
+    }
+
+    /// The address to give the successor.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The first connection from process `pid`; others are closed unread.
+    ///
+    /// # Errors
+    /// The socket calls' errors.
+    pub async fn accept_from(&self, pid: u32) -> io::Result<Channel> {
+        loop {
+            let conn = self
+                .fd
+                .async_io(Interest::READABLE, |fd| {
+                    Ok(rustix::net::accept_with(
+                        fd,
+                        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+                    )?)
+                })
+                .await?;
+            let peer = rustix::net::sockopt::socket_peercred(&conn)?;
+            if peer.pid.as_raw_nonzero().get().unsigned_abs() == pid {
+                return Channel::new(conn);
+            }
+        }
+    }
+}
+
+/// A connected handover channel.
+#[derive(Debug)]
+pub struct Channel {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl Channel {
+    /// Connect to the running process's rendezvous `name`.
+    ///
+    /// # Errors
+    /// The socket calls' errors.
+    pub fn connect(name: &str) -> io::Result<Channel> {
+        let fd = seqpacket()?;
+        rustix::net::connect(&fd, &SocketAddrUnix::new_abstract_name(name.as_bytes())?)?;
+        Channel::new(fd)
+    }
+
+    fn new(fd: OwnedFd) -> io::Result<Channel> {
+        rustix::io::ioctl_fionbio(&fd, true)?;
+        Ok(Channel {
+            fd: register(fd, Interest::READABLE | Interest::WRITABLE)?,
+        })
+    }
+
+    /// Send one message.
+    ///
+    /// # Errors
+    /// The socket's errors (the peer gone: `BrokenPipe`).
+    pub async fn send(&self, tag: u8, body: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let chunk = DATAGRAM - HEAD;
+        let datagrams = body
+            .len()
+            .div_ceil(chunk)
+            .max(fds.len().div_ceil(FDS_PER_DATAGRAM))
+            .max(1);
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
+        for i in 0..datagrams {
+            let part = body.get(i * chunk..).unwrap_or_default();
+            let part = &part[..part.len().min(chunk)];
+            let these = fds.get(i * FDS_PER_DATAGRAM..).unwrap_or_default();
+            let these = &these[..these.len().min(FDS_PER_DATAGRAM)];
+            let head = [tag, u8::from(i + 1 < datagrams)];
+            let iov = [IoSlice::new(&head), IoSlice::new(part)];
+            self.fd
+                .async_io(Interest::WRITABLE, |fd| {
+                    let mut control = SendAncillaryBuffer::new(&mut space);
+                    if !these.is_empty() && !control.push(SendAncillaryMessage::ScmRights(these)) {
+                        return Err(io::Error::other("descriptor batch too large"));
+                    }
+                    Ok(rustix::net::sendmsg(fd, &iov, &mut control, SendFlags::NOSIGNAL)?)
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Receive one message.
+    ///
+    /// # Errors
+    /// `UnexpectedEof` when the peer has gone; `InvalidData` for a
+    /// truncated or mistagged datagram; the socket's errors.
+    pub async fn recv(&self) -> io::Result<Message> {
+        let mut buf = vec![0u8; DATAGRAM];
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
+        let mut message: Option<Message> = None;
+        loop {
+            let mut fds = Vec::new();
+            let n = self
+                .fd
+                .async_io(Interest::READABLE, |fd| {
+                    let mut control = RecvAncillaryBuffer::new(&mut space);
+                    let mut iov = [IoSliceMut::new(&mut buf)];
+                    let got = rustix::net::recvmsg(fd, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
+                    for msg in control.drain() {
+                        if let RecvAncillaryMessage::ScmRights(received) = msg {
+                            fds.extend(received);
+                        }
+                    }
+                    if got.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
+                        return Err(invalid("truncated handover datagram"));
+                    }
+                    Ok(got.bytes)
+                })
+                .await?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            if n < HEAD {
+                return Err(invalid("short handover datagram"));
+            }
+            let (tag, more) = (buf[0], buf[1] != 0);
+            let m = message.get_or_insert_with(|| Message {
+                tag,
+                body: Vec::new(),
+                fds: Vec::new(),
+            });
+            if m.tag != tag {
+                return Err(invalid("handover message interleaved with another"));
+            }
+            m.body.extend_from_slice(&buf[HEAD..n]);
+            m.fds.append(&mut fds);
+            if !more {
+                return message.ok_or_else(|| invalid("empty handover message"));
+            }
+        }
+    }
+}
+
+/// Register `fd` with the event loop. tokio marks its safe constructor
+/// deprecated because a generic `AsRawFd` owner might close the
+/// descriptor while it is registered; an `OwnedFd` moved into the
+/// `AsyncFd` cannot be, and is deregistered before it is closed.
+#[allow(deprecated)]
+fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
+    AsyncFd::with_interest(fd, interest)
+}
+
+fn seqpacket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+fn invalid(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_message_of_many_datagrams_arrives_whole_with_its_descriptors() {
+        let rendezvous = Rendezvous::bind().unwrap();
+        let client = Channel::connect(rendezvous.name()).unwrap();
+        let server = rendezvous.accept_from(std::process::id()).await.unwrap();
+        // 3.5 datagrams of body, 600 descriptors (three datagrams' worth).
+        let body: Vec<u8> = (0..DATAGRAM * 7 / 2).map(|i| (i % 251) as u8).collect();
+        let files: Vec<std::fs::File> = (0..600).map(|_| tempfile::tempfile().unwrap()).collect();
+        let fds: Vec<BorrowedFd<'_>> = files.iter().map(AsFd::as_fd).collect();
+        let send = client.send(b'C', &body, &fds);
+        let (sent, got) = tokio::join!(send, server.recv());
+        sent.unwrap();
+        let got = got.unwrap();
+        assert_eq!(got.tag, b'C');
+        assert_eq!(got.body, body);
+        assert_eq!(got.fds.len(), 600);
+        // The same open files, in order: write through one, read the length of the other.
+        use std::io::Write;
+        let mut first = std::fs::File::from(got.fds.into_iter().next().unwrap());
+        first.write_all(b"abc").unwrap();
+        assert_eq!(files[0].metadata().unwrap().len(), 3);
+
+        client.send(b'E', &[], &[]).await.unwrap();
+        let end = server.recv().await.unwrap();
+        assert_eq!((end.tag, end.body.len(), end.fds.len()), (b'E', 0, 0));
+        drop(client);
+        let gone = server.recv().await.unwrap_err();
+        assert_eq!(gone.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[tokio::test]
+    async fn a_connection_from_another_process_is_not_taken() {
+        let rendezvous = Rendezvous::bind().unwrap();
+        let _ours = Channel::connect(rendezvous.name()).unwrap();
+        let wrong_pid = std::process::id() + 1;
+        let accepted = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            rendezvous.accept_from(wrong_pid),
+        )
+        .await;
+        assert!(accepted.is_err(), "no connection of that pid arrived");
+    }
+}

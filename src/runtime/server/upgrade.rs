@@ -1,0 +1,159 @@
+//! The running process's live upgrade: start the binary it was started
+//! from, hand it the listeners and state, and once it serves, freeze every
+//! connection and hand those over too. Until the new process serves
+//! nothing has changed here; after that, a failure takes every frozen
+//! connection back and accepts again, so either way no client notices.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use super::Server;
+use super::listen::{carried, resume_accepting, stop_accepting};
+use crate::net::freeze::Frozen;
+use crate::ops::control::{UpgradeError, Upgraded};
+use crate::runtime::handover::protocol::{CarriedListener, Inheritance, Owner};
+use crate::runtime::handover::successor::Successor;
+use crate::runtime::notify;
+
+impl Server {
+    /// Run one live upgrade; logs `upgrade_started`, then `upgraded` or
+    /// `upgrade_failed`.
+    pub(super) async fn upgrade(&mut self) -> Result<Upgraded, UpgradeError> {
+        let started = Instant::now();
+        info!(
+            generation = self.generation,
+            path = %self.exec.0.display(),
+            "upgrade_started"
+        );
+        let result = self.try_upgrade().await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(done) => info!(
+                pid = done.pid,
+                generation = done.generation,
+                connections = done.connections,
+                duration_ms,
+                "upgraded"
+            ),
+            Err(err) => error!(reason = err.to_string().as_str(), duration_ms, "upgrade_failed"),
+        }
+        result
+    }
+
+    async fn try_upgrade(&mut self) -> Result<Upgraded, UpgradeError> {
+        let timeout = self.config.upgrade_timeout;
+        let deadline = Instant::now() + timeout;
+        let (exe, args) = &self.exec;
+        let mut next = Successor::start(exe, args, deadline).await?;
+        let (listeners, sockets) = self.carried_listeners();
+        let inheritance = Inheritance {
+            generation: self.generation,
+            next_conn: self.shared.conn_ids.load(Ordering::Relaxed),
+            pools: self.pools.iter().map(|run| run.pool.carry()).collect(),
+            listeners,
+        };
+        if let Err(err) = next.prepare(&inheritance, &sockets, deadline).await {
+            next.abandon().await;
+            return Err(err);
+        }
+        // It serves beside us now. From here the connections move.
+        for run in &mut self.pools {
+            stop_accepting(run).await;
+        }
+        let frozen = self.freeze_all().await;
+        let deadline = Instant::now() + timeout;
+        match next.hand_over(&frozen, deadline).await {
+            Ok(connections) => Ok(Upgraded {
+                pid: next.pid(),
+                generation: self.generation + 1,
+                connections,
+            }),
+            Err(err) => {
+                next.abandon().await;
+                self.take_back(frozen);
+                Err(err)
+            }
+        }
+    }
+
+    /// Every listening socket (pools' and admin's), described and in order.
+    fn carried_listeners(&self) -> (Vec<CarriedListener>, Vec<BorrowedFd<'_>>) {
+        let (mut listeners, sockets) = carried(&self.pools);
+        let mut fds: Vec<BorrowedFd<'_>> = sockets.into_iter().map(AsFd::as_fd).collect();
+        if let Some((configured, kept)) = &self.admin_kept
+            && let Ok(local) = kept.local_addr()
+        {
+            listeners.push(CarriedListener {
+                owner: Owner::Admin,
+                configured: *configured,
+                local,
+                sockets: 1,
+            });
+            fds.push(kept.as_fd());
+        }
+        (listeners, fds)
+    }
+
+    /// Stop every connection for the handover and collect them: spliced
+    /// ones at once, connecting ones once their connect is done (or has
+    /// failed over), bounded by the longest connect a pool allows.
+    async fn freeze_all(&mut self) -> Vec<Frozen> {
+        let mut rx = self.shared.freezer.arm();
+        for run in &self.pools {
+            run.pool.begin_handover();
+        }
+        let longest = self
+            .pools
+            .iter()
+            .map(|run| {
+                let c = run.pool.config();
+                c.connect_timeout * (c.backends.len() as u32 + 1)
+            })
+            .max()
+            .unwrap_or_default();
+        let give_up = Instant::now() + longest + Duration::from_secs(1);
+        let mut frozen = Vec::new();
+        loop {
+            while let Ok(f) = rx.try_recv() {
+                frozen.push(f);
+            }
+            // A session lets go of its admission after handing over.
+            if self.pools.iter().all(|run| run.pool.clients() == 0) {
+                break;
+            }
+            tokio::select! {
+                Some(f) = rx.recv() => frozen.push(f),
+                () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                () = tokio::time::sleep_until(give_up) => {
+                    let left: usize = self.pools.iter().map(|run| run.pool.clients()).sum();
+                    warn!(connections = left, "handover_incomplete");
+                    break;
+                }
+            }
+        }
+        self.shared.freezer.disarm();
+        while let Ok(f) = rx.try_recv() {
+            frozen.push(f);
+        }
+        frozen
+    }
+
+    /// The upgrade failed after the connections were frozen: splice them
+    /// here again and accept again. systemd is told this is still the
+    /// main process, in case the new one had said otherwise.
+    fn take_back(&mut self, frozen: Vec<Frozen>) {
+        for run in &self.pools {
+            run.pool.end_handover();
+        }
+        let n = self.resume_all(frozen);
+        for run in &mut self.pools {
+            resume_accepting(run, &self.shared, &self.workers);
+        }
+        notify::main_pid();
+        info!(connections = n, "upgrade_rolled_back");
+    }
+}
