@@ -38,7 +38,7 @@ pub fn run(data: &[u8]) {
                 "window {window:?} out of bounds"
             );
         }
-        Ok(AdminRequest::Reload | AdminRequest::Release { .. }) => {
+        Ok(AdminRequest::Reload | AdminRequest::Upgrade | AdminRequest::Release { .. }) => {
             assert_eq!(method, Method::POST, "command served to {method}");
         }
         Err(refusal) => {

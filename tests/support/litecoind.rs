@@ -54,10 +54,12 @@ pub struct Litecoind {
 /// When they are not, prints "skipping: litecoind not installed" to stderr and
 /// returns false, unless `PIN_PROXY_REQUIRE_PEERS=1`: then it panics.
 pub fn available() -> bool {
-    let missing: Vec<&str> = ["litecoind", "litecoin-cli"]
-        .into_iter()
-        .filter(|bin| !on_path(bin))
-        .collect();
+    peers_available(&["litecoind", "litecoin-cli"])
+}
+
+/// Whether every program of `bins` is on `PATH`; as [`available`] when not.
+pub fn peers_available(bins: &[&str]) -> bool {
+    let missing: Vec<&str> = bins.iter().copied().filter(|bin| !on_path(bin)).collect();
     if missing.is_empty() {
         return true;
     }
@@ -67,7 +69,7 @@ pub fn available() -> bool {
             missing.join(" and ")
         );
     }
-    eprintln!("skipping: litecoind not installed");
+    eprintln!("skipping: {} not installed", missing.join(" and "));
     false
 }
 

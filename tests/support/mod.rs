@@ -36,7 +36,8 @@ pub fn sha256(data: &[u8]) -> String {
     hex(&Sha256::digest(data))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -128,7 +128,13 @@ impl Proxy {
 
     /// As [`Proxy::start`], with extra environment variables.
     pub async fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Proxy {
-        let mut proxy = Proxy::spawn(yaml, env);
+        Proxy::start_from(std::path::Path::new(binary()), yaml, env).await
+    }
+
+    /// As [`Proxy::start_with_env`], running the binary at `bin` (a copy a
+    /// test may replace, to upgrade to something else).
+    pub async fn start_from(bin: &std::path::Path, yaml: &str, env: &[(&str, &str)]) -> Proxy {
+        let mut proxy = Proxy::spawn_from(bin, yaml, env);
         proxy
             .events
             .wait(0, |e| e["message"] == "ready", 1, START)
@@ -148,19 +154,32 @@ impl Proxy {
     }
 
     fn spawn(yaml: &str, env: &[(&str, &str)]) -> Proxy {
+        Proxy::spawn_from(std::path::Path::new(binary()), yaml, env)
+    }
+
+    fn spawn_from(bin: &std::path::Path, yaml: &str, env: &[(&str, &str)]) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, with_log(yaml)).expect("write config");
-        let mut child = Command::new(binary())
-            .arg("run")
-            .arg("-c")
-            .arg(&path)
-            .env_remove("RUST_LOG")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn pin-proxy");
+        let mut child = loop {
+            let spawned = Command::new(bin)
+                .arg("run")
+                .arg("-c")
+                .arg(&path)
+                .env_remove("RUST_LOG")
+                .envs(env.iter().copied())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn();
+            match spawned {
+                // A copy of the binary just written may still be open for
+                // writing in a child another test thread is forking: retry.
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.expect("spawn pin-proxy"),
+            }
+        };
         let stdout = child.stdout.take().expect("stdout");
         let events = Arc::new(Events::new());
         let sink = events.clone();
@@ -260,9 +279,28 @@ impl Proxy {
         self.events.wait_blocking(0, pred, n, timeout)
     }
 
-    /// The process id.
+    /// The process id of the first process (the one this started).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The process that serves now: the last one a live upgrade started,
+    /// or the first.
+    pub fn live_pid(&self) -> u32 {
+        self.named("upgraded")
+            .last()
+            .and_then(|e| e["pid"].as_u64())
+            .map_or(self.child.id(), |pid| pid as u32)
+    }
+
+    /// The admin endpoint's address, once it was logged.
+    pub fn admin(&self) -> SocketAddr {
+        let e = self.named("admin_listening");
+        e.first()
+            .and_then(|e| e["listen"].as_str())
+            .expect("admin_listening logged")
+            .parse()
+            .expect("admin address")
     }
 
     /// The config file the process reads (and re-reads on SIGHUP).
@@ -292,11 +330,12 @@ impl Proxy {
             .remove(0)
     }
 
-    /// Send a signal (`TERM`, `INT`, `HUP`) to the process.
+    /// Send a signal (`TERM`, `INT`, `HUP`, `USR2`) to the process that
+    /// serves now.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
+            .arg(self.live_pid().to_string())
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -{sig} failed");
@@ -332,6 +371,11 @@ fn with_log(yaml: &str) -> String {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        // Later generations are nobody's child here: kill them by pid.
+        let live = self.live_pid();
+        if live != self.child.id() {
+            let _ = Command::new("kill").arg("-KILL").arg(live.to_string()).status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

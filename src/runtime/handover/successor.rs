@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -21,17 +22,24 @@ use crate::runtime::handover::protocol::{
 use crate::runtime::handover::wire::{Channel, Message, Rendezvous};
 use crate::runtime::handover::ENV;
 
+/// Starts of a binary that is busy being written before giving up, and
+/// the pause between them.
+const SPAWN_TRIES: u32 = 20;
+const SPAWN_PAUSE: Duration = Duration::from_millis(50);
+
 /// A started new process and the channel to it.
 pub struct Successor {
     child: Child,
     chan: Channel,
     pid: u32,
-    /// How long the current wait may take, for its error.
-    budget: std::time::Duration,
+    /// How long the current step may take, for its error.
+    budget: Duration,
+    /// When it must be done.
+    deadline: Instant,
 }
 
 impl Successor {
-    /// Start `exe` with `args` and wait (until `deadline`) for it to
+    /// Start `exe` with `args` and wait (at most `budget`) for it to
     /// connect.
     ///
     /// # Errors
@@ -39,22 +47,36 @@ impl Successor {
     pub async fn start(
         exe: &Path,
         args: &[OsString],
-        deadline: Instant,
+        budget: Duration,
     ) -> Result<Successor, UpgradeError> {
+        let deadline = Instant::now() + budget;
         let rendezvous = Rendezvous::bind().map_err(UpgradeError::Channel)?;
-        let mut child = Command::new(exe)
-            .args(args)
-            .env(ENV, rendezvous.name())
-            // sd_notify's watchdog is for the pid systemd named; the new
-            // process takes it over with MAINPID=.
-            .env_remove("WATCHDOG_PID")
-            .stdin(Stdio::null())
-            .spawn()
-            .map_err(|err| UpgradeError::Spawn {
-                path: exe.display().to_string(),
-                err,
-            })?;
-        let budget = deadline.saturating_duration_since(Instant::now());
+        let mut tries = 0;
+        let mut child = loop {
+            let spawned = Command::new(exe)
+                .args(args)
+                .env(ENV, rendezvous.name())
+                // sd_notify's watchdog is for the pid systemd named; the new
+                // process takes it over with MAINPID=.
+                .env_remove("WATCHDOG_PID")
+                .stdin(Stdio::null())
+                .spawn();
+            match spawned {
+                // The file was just installed and is still open for writing
+                // somewhere (an installer's child between fork and exec).
+                Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < SPAWN_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(SPAWN_PAUSE).await;
+                }
+                Err(err) => {
+                    return Err(UpgradeError::Spawn {
+                        path: exe.display().to_string(),
+                        err,
+                    });
+                }
+                Ok(child) => break child,
+            }
+        };
         let Some(pid) = child.id() else {
             return Err(exited(child.wait().await));
         };
@@ -72,6 +94,7 @@ impl Successor {
                 chan,
                 pid,
                 budget,
+                deadline,
             }),
             Err(e) => {
                 kill(&mut child).await;
@@ -86,9 +109,9 @@ impl Successor {
     }
 
     /// Offer the handover, send `inheritance` with the listening `sockets`,
-    /// and wait until the new process serves. Nothing moves before this
-    /// returns Ok: on an error the caller abandons the new process and
-    /// carries on.
+    /// and wait until the new process serves, within the budget of
+    /// [`Successor::start`]. Nothing moves before this returns Ok: on an
+    /// error the caller abandons the new process and carries on.
     ///
     /// # Errors
     /// The new process refused, exited, hung, or the channel failed.
@@ -96,10 +119,9 @@ impl Successor {
         &mut self,
         inheritance: &Inheritance,
         sockets: &[BorrowedFd<'_>],
-        deadline: Instant,
     ) -> Result<(), UpgradeError> {
         self.send(tag::OFFER, &protocol::offer(FORMAT), &[]).await?;
-        let answer = self.expect(tag::ACCEPT, "accepting", deadline).await?;
+        let answer = self.expect(tag::ACCEPT, "accepting").await?;
         match protocol::read_accept(&answer.body) {
             Some(FORMAT) => {}
             other => {
@@ -110,21 +132,22 @@ impl Successor {
         }
         let body = serde_json::to_vec(inheritance).map_err(|e| UpgradeError::Channel(e.into()))?;
         self.send(tag::INHERIT, &body, sockets).await?;
-        self.expect(tag::READY, "ready", deadline).await?;
+        self.expect(tag::READY, "ready").await?;
         Ok(())
     }
 
-    /// Send every frozen connection, then wait (until `deadline`) for the
-    /// new process to say it adopted them all.
+    /// Send every frozen connection, then wait (at most `budget` in all)
+    /// for the new process to say it adopted them all.
     ///
     /// # Errors
     /// The new process exited, hung or miscounted; the channel failed.
     pub async fn hand_over(
         &mut self,
         conns: &[Frozen],
-        deadline: Instant,
+        budget: Duration,
     ) -> Result<usize, UpgradeError> {
-        self.budget = deadline.saturating_duration_since(Instant::now());
+        self.budget = budget;
+        self.deadline = Instant::now() + budget;
         for batch in conns.chunks(CONNS_PER_MESSAGE) {
             let carried: Vec<CarriedConn> = batch.iter().map(carried).collect();
             let body = serde_json::to_vec(&carried).map_err(|e| UpgradeError::Channel(e.into()))?;
@@ -139,7 +162,7 @@ impl Successor {
         };
         let body = serde_json::to_vec(&count).map_err(|e| UpgradeError::Channel(e.into()))?;
         self.send(tag::END, &body, &[]).await?;
-        let answer = self.expect(tag::ADOPTED, "done adopting", deadline).await?;
+        let answer = self.expect(tag::ADOPTED, "done adopting").await?;
         match serde_json::from_slice::<Count>(&answer.body) {
             Ok(adopted) if adopted == count => Ok(adopted.connections),
             _ => Err(UpgradeError::Refused(format!(
@@ -158,21 +181,19 @@ impl Successor {
         tokio::select! {
             r = self.chan.send(tag, body, fds) => r.map_err(UpgradeError::Channel),
             status = self.child.wait() => Err(exited(status)),
+            () = tokio::time::sleep_until(self.deadline) => {
+                Err(UpgradeError::Timeout("taking the handover", self.budget))
+            }
         }
     }
 
     /// The next message, which must be `want`: a refusal, an exit, the
     /// channel closing or the deadline fail the upgrade.
-    async fn expect(
-        &mut self,
-        want: u8,
-        what: &'static str,
-        deadline: Instant,
-    ) -> Result<Message, UpgradeError> {
+    async fn expect(&mut self, want: u8, what: &'static str) -> Result<Message, UpgradeError> {
         let received = tokio::select! {
             r = self.chan.recv() => r,
             status = self.child.wait() => return Err(exited(status)),
-            () = tokio::time::sleep_until(deadline) => {
+            () = tokio::time::sleep_until(self.deadline) => {
                 return Err(UpgradeError::Timeout(what, self.budget));
             }
         };

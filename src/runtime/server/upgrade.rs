@@ -46,9 +46,8 @@ impl Server {
 
     async fn try_upgrade(&mut self) -> Result<Upgraded, UpgradeError> {
         let timeout = self.config.upgrade_timeout;
-        let deadline = Instant::now() + timeout;
         let (exe, args) = &self.exec;
-        let mut next = Successor::start(exe, args, deadline).await?;
+        let mut next = Successor::start(exe, args, timeout).await?;
         let (listeners, sockets) = self.carried_listeners();
         let inheritance = Inheritance {
             generation: self.generation,
@@ -56,7 +55,7 @@ impl Server {
             pools: self.pools.iter().map(|run| run.pool.carry()).collect(),
             listeners,
         };
-        if let Err(err) = next.prepare(&inheritance, &sockets, deadline).await {
+        if let Err(err) = next.prepare(&inheritance, &sockets).await {
             next.abandon().await;
             return Err(err);
         }
@@ -65,8 +64,7 @@ impl Server {
             stop_accepting(run).await;
         }
         let frozen = self.freeze_all().await;
-        let deadline = Instant::now() + timeout;
-        match next.hand_over(&frozen, deadline).await {
+        match next.hand_over(&frozen, timeout).await {
             Ok(connections) => Ok(Upgraded {
                 pid: next.pid(),
                 generation: self.generation + 1,

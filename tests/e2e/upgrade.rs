@@ -1,0 +1,126 @@
+//! Live upgrade through the real binary: every listener and connection
+//! handed to a new process, nothing lost, nothing closed, nobody refused.
+//! `failures` covers the upgrades that must change nothing, `notify` what
+//! systemd is told.
+
+mod exact;
+mod failures;
+mod load;
+mod notify;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::proxy::{Proxy, binary};
+use crate::support::{wait_until, within};
+
+/// Bound on one upgrade and on the waits around it.
+const T: Duration = Duration::from_secs(30);
+
+/// A copy of the binary in a directory of the test's own, so the test can
+/// put another "build" at the path the instance was started from.
+pub struct Bin {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Bin {
+    pub fn new() -> Bin {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pin-proxy");
+        std::fs::copy(binary(), &path).expect("copy the binary");
+        Bin { _dir: dir, path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Install `script` (a shell script) at the path, as a package upgrade
+    /// installs a file: written beside it, then renamed over it.
+    pub fn install_script(&self, script: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let new = self.path.with_extension("new");
+        std::fs::write(&new, script).expect("write script");
+        std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::rename(&new, &self.path).expect("install script");
+    }
+
+    /// Install the real binary again.
+    pub fn install_binary(&self) {
+        let new = self.path.with_extension("new");
+        std::fs::copy(binary(), &new).expect("copy the binary");
+        std::fs::rename(&new, &self.path).expect("install binary");
+    }
+}
+
+/// A config with one pool `p` on a free port in front of `backends`, the
+/// admin endpoint on a free port, and `extra` top-level keys.
+pub fn config(backends: &[SocketAddr], extra: &str) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{{ name: n{i}, addr: \"{a}\" }}"))
+        .collect();
+    format!(
+        "admin: {{ listen: 127.0.0.1:0 }}\n{extra}\
+         pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+         rebalance: {{ interval: 0s }}\n    \
+         health: {{ probe: connect, interval: 1s }}\n    \
+         backends: [{}]\n",
+        list.join(", ")
+    )
+}
+
+/// `pin-proxy upgrade` against `proxy`: (exit code, stdout, stderr).
+pub async fn upgrade(proxy: &Proxy) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(binary())
+        .args(["upgrade", "--admin", &proxy.admin().to_string()])
+        .env_remove("PIN_PROXY_CONFIG")
+        .output();
+    let out = within("pin-proxy upgrade", T, out).await.expect("run pin-proxy upgrade");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Upgrade and insist it worked; returns the `upgraded` event.
+pub async fn upgrade_ok(proxy: &Proxy) -> Value {
+    let before = proxy.named("upgraded").len();
+    let (code, out, err) = upgrade(proxy).await;
+    assert_eq!(code, Some(0), "upgrade failed: {out} {err}");
+    let events = proxy
+        .wait_count(|e| e["message"] == "upgraded", before + 1, T)
+        .await;
+    events[before].clone()
+}
+
+/// `/status` of the process that serves now.
+pub async fn status(proxy: &Proxy) -> Value {
+    crate::admin::http::status(proxy.admin()).await
+}
+
+/// True once `pid` has exited (gone, or a zombie nobody here reaps).
+pub fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // "pid (comm) S ..." : the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// Wait until process `pid` has exited.
+pub async fn wait_exited(pid: u32) {
+    wait_until(&format!("process {pid} to exit"), T, || exited(pid)).await;
+}
+
+/// Open descriptors of process `pid`.
+pub fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
