@@ -94,6 +94,10 @@ pub fn bind_std(
 mod tests {
     use super::*;
 
+    fn bind(addr: SocketAddr, keepalive: Option<&KeepaliveConfig>) -> io::Result<tokio::net::TcpListener> {
+        tokio::net::TcpListener::from_std(bind_std(addr, keepalive, false)?)
+    }
+
     /// The client leg is never tuned on its own: this is what makes that
     /// safe. Every option `tune` sets must reach an accepted socket.
     #[tokio::test]

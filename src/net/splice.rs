@@ -490,3 +490,7 @@ fn is_transient(e: &io::Error) -> bool {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
     )
 }
+
+#[cfg(test)]
+#[path = "splice_tests.rs"]
+mod tests;

@@ -81,7 +81,9 @@ pub async fn upgrade(proxy: &Proxy) -> (Option<i32>, String, String) {
         .args(["upgrade", "--admin", &proxy.admin().to_string()])
         .env_remove("PIN_PROXY_CONFIG")
         .output();
-    let out = within("pin-proxy upgrade", T, out).await.expect("run pin-proxy upgrade");
+    let out = within("pin-proxy upgrade", T, out)
+        .await
+        .expect("run pin-proxy upgrade");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }

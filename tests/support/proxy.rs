@@ -374,7 +374,10 @@ impl Drop for Proxy {
         // Later generations are nobody's child here: kill them by pid.
         let live = self.live_pid();
         if live != self.child.id() {
-            let _ = Command::new("kill").arg("-KILL").arg(live.to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(live.to_string())
+                .status();
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -51,7 +51,10 @@ async fn status_command_prints_a_table_and_the_contract_json() {
     let (code, out, err) = cli(&["status", "--json", "--admin", &format!("http://{addr}")]).await;
     assert_eq!(code, Some(0), "{err}");
     let v: Value = serde_json::from_str(&out).expect("--json prints JSON");
-    assert_eq!(keys(&v), ["generation", "pid", "pools", "uptime_s", "version"]);
+    assert_eq!(
+        keys(&v),
+        ["generation", "pid", "pools", "uptime_s", "version"]
+    );
     let pool = &v["pools"][0];
     assert_eq!(keys(pool), ["backends", "connections", "listen", "name"]);
     let b = backend(&v, "p", "b");

@@ -46,7 +46,9 @@ async fn a_client_half_close_survives_an_upgrade() {
     let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
     c.write_all(b"a request, then FIN").await.unwrap();
     c.shutdown().await.unwrap();
-    let request = within("the node sees the FIN", T, eof_seen.recv()).await.unwrap();
+    let request = within("the node sees the FIN", T, eof_seen.recv())
+        .await
+        .unwrap();
     assert_eq!(request, b"a request, then FIN");
 
     upgrade_ok(&proxy).await;
@@ -99,8 +101,12 @@ async fn slow_readers_bytes_pending_in_the_proxy_survive_an_upgrade() {
     let node = Node::start({
         let (down, written) = (down.clone(), written.clone());
         move |s: TcpStream| {
-            let (down, written, reading, hash_tx) =
-                (down.clone(), written.clone(), reading.clone(), hash_tx.clone());
+            let (down, written, reading, hash_tx) = (
+                down.clone(),
+                written.clone(),
+                reading.clone(),
+                hash_tx.clone(),
+            );
             async move {
                 let (mut r, mut w) = s.into_split();
                 // The client sends at once; a health probe sends nothing.
@@ -159,8 +165,12 @@ async fn slow_readers_bytes_pending_in_the_proxy_survive_an_upgrade() {
         .unwrap();
     assert_eq!(down_len as usize, LEN);
     assert_eq!(down_hash, sha256(&down));
-    within("the client's writer", T, client_writer).await.unwrap();
-    let (up_hash, up_len) = within("the node reads it all", T, hashed.recv()).await.unwrap();
+    within("the client's writer", T, client_writer)
+        .await
+        .unwrap();
+    let (up_hash, up_len) = within("the node reads it all", T, hashed.recv())
+        .await
+        .unwrap();
     assert_eq!(up_len, LEN);
     assert_eq!(up_hash, sha256(&up));
 }

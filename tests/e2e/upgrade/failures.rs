@@ -57,7 +57,12 @@ async fn failed_and_nothing_changed(
     echoes(client, b"still spliced").await;
     let mut newcomer = TcpStream::connect(proxy.addr("p")).await.unwrap();
     echoes(&mut newcomer, b"new client").await;
-    assert!(proxy.named("closed").iter().all(|e| e["reason"] == "client_closed"));
+    assert!(
+        proxy
+            .named("closed")
+            .iter()
+            .all(|e| e["reason"] == "client_closed")
+    );
 
     fix();
     let done = upgrade_ok(proxy).await;
@@ -95,7 +100,11 @@ async fn a_binary_that_hangs_fails_the_upgrade_after_upgrade_timeout() {
         pidfile.display()
     ));
     failed_and_nothing_changed(&proxy, &mut c, "within 1s", || bin.install_binary()).await;
-    let hung: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let hung: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(exited(hung), "the hung process was killed");
 }
 
@@ -135,7 +144,11 @@ async fn a_second_upgrade_while_one_runs_is_refused() {
         .await;
     let second = request(admin, "POST", "/upgrade").await;
     assert_eq!(second.status, 422, "{}", second.body);
-    assert!(second.error().contains("already running"), "{}", second.body);
+    assert!(
+        second.error().contains("already running"),
+        "{}",
+        second.body
+    );
     let (code, _) = first.await.unwrap();
     assert_eq!(code, 422);
     echoes(&mut c, b"still spliced").await;
@@ -146,13 +159,19 @@ async fn a_second_upgrade_while_one_runs_is_refused() {
 /// `POST /upgrade`, waiting as long as an upgrade may take.
 async fn request_long(admin: std::net::SocketAddr) -> (u16, String) {
     let mut s = TcpStream::connect(admin).await.unwrap();
-    s.write_all(b"POST /upgrade HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(
+        b"POST /upgrade HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
     let mut answer = String::new();
-    within("the upgrade's answer", Duration::from_secs(60), s.read_to_string(&mut answer))
-        .await
-        .unwrap();
+    within(
+        "the upgrade's answer",
+        Duration::from_secs(60),
+        s.read_to_string(&mut answer),
+    )
+    .await
+    .unwrap();
     let code = answer[9..12].parse().unwrap();
     (code, answer)
 }

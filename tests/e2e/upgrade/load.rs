@@ -41,7 +41,9 @@ async fn ping_pong(mut s: TcpStream, k: usize, stop: Arc<AtomicBool>) -> Pinged 
         msg[..8].copy_from_slice(&(k as u64).to_le_bytes());
         msg[8..].copy_from_slice(&rounds.to_le_bytes());
         let t = Instant::now();
-        s.write_all(&msg).await.unwrap_or_else(|e| panic!("pinger {k}: write: {e}"));
+        s.write_all(&msg)
+            .await
+            .unwrap_or_else(|e| panic!("pinger {k}: write: {e}"));
         s.read_exact(&mut got)
             .await
             .unwrap_or_else(|e| panic!("pinger {k}: read after {rounds} rounds: {e}"));
@@ -122,7 +124,8 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
     let gate = Arc::new(RwLock::new(()));
     let (served, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let newcomers = {
-        let (stop, gate, served, refused) = (stop.clone(), gate.clone(), served.clone(), refused.clone());
+        let (stop, gate, served, refused) =
+            (stop.clone(), gate.clone(), served.clone(), refused.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let _open = gate.read().await;
@@ -161,7 +164,11 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         let done = upgrade_ok(&proxy).await;
         stalls.push(t.elapsed());
         assert_eq!(done["generation"], i as u64);
-        assert_eq!(done["connections"].as_u64().unwrap() as usize >= live, true, "{done}");
+        assert_eq!(
+            done["connections"].as_u64().unwrap() as usize >= live,
+            true,
+            "{done}"
+        );
         pids.push(proxy.live_pid());
     }
     upgraded.store(true, Ordering::Relaxed);
@@ -206,7 +213,11 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
     for p in pingers {
         pinged.push(within("pinger", T, p).await.unwrap());
     }
-    assert_eq!(refused.load(Ordering::Relaxed), 0, "new clients refused or failed");
+    assert_eq!(
+        refused.load(Ordering::Relaxed),
+        0,
+        "new clients refused or failed"
+    );
     assert!(served.load(Ordering::Relaxed) > 0);
     assert!(pinged.iter().all(|p| p.rounds > 0));
     let worst = pinged.iter().map(|p| p.worst).max().unwrap();
@@ -218,26 +229,36 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
 
     // Closed by nobody but the clients: every pinger's `closed` (logged by
     // the last process) carries the id its `accepted` got in the first.
-    let clients: BTreeMap<String, ()> =
-        pinged.iter().map(|p| (p.local.to_string(), ())).collect();
+    let clients: BTreeMap<String, ()> = pinged.iter().map(|p| (p.local.to_string(), ())).collect();
     let accepted: BTreeMap<String, u64> = proxy
         .named("accepted")
         .iter()
         .filter(|e| clients.contains_key(e["client"].as_str().unwrap_or("")))
-        .map(|e| (e["client"].as_str().unwrap().to_owned(), e["conn"].as_u64().unwrap()))
+        .map(|e| {
+            (
+                e["client"].as_str().unwrap().to_owned(),
+                e["conn"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(accepted.len(), PINGERS);
     drop(pinged);
     let closed = proxy
         .wait_count(
-            |e| e["message"] == "closed" && clients.contains_key(e["client"].as_str().unwrap_or("")),
+            |e| {
+                e["message"] == "closed" && clients.contains_key(e["client"].as_str().unwrap_or(""))
+            },
             PINGERS,
             T,
         )
         .await;
     for e in &closed {
         let client = e["client"].as_str().unwrap();
-        assert_eq!(e["conn"].as_u64(), accepted.get(client).copied(), "conn id of {client}: {e}");
+        assert_eq!(
+            e["conn"].as_u64(),
+            accepted.get(client).copied(),
+            "conn id of {client}: {e}"
+        );
         assert_eq!(e["reason"], "client_closed", "{e}");
     }
     let others: Vec<_> = proxy
@@ -245,5 +266,8 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         .into_iter()
         .filter(|e| e["reason"] != "client_closed" && e["reason"] != "backend_closed")
         .collect();
-    assert!(others.is_empty(), "connections closed by the proxy: {others:?}");
+    assert!(
+        others.is_empty(),
+        "connections closed by the proxy: {others:?}"
+    );
 }

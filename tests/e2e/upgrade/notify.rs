@@ -80,8 +80,14 @@ async fn the_new_process_names_itself_main_and_takes_over_the_watchdog() {
     let proxy = Proxy::start_from(&wrapper, &config(&[node.addr], ""), &env).await;
     let first = proxy.pid();
     let t = Duration::from_secs(10);
-    wait_until("READY=1 from the first process", t, || said(&heard, first, "READY=1")).await;
-    wait_until("a watchdog ping from the first", t, || said(&heard, first, "WATCHDOG=1")).await;
+    wait_until("READY=1 from the first process", t, || {
+        said(&heard, first, "READY=1")
+    })
+    .await;
+    wait_until("a watchdog ping from the first", t, || {
+        said(&heard, first, "WATCHDOG=1")
+    })
+    .await;
 
     let done = upgrade_ok(&proxy).await;
     let second = done["pid"].as_u64().unwrap() as u32;
@@ -89,7 +95,9 @@ async fn the_new_process_names_itself_main_and_takes_over_the_watchdog() {
     let main_pid = format!("MAINPID={second}");
     wait_until("MAINPID= and READY=1 from the new process", t, || {
         heard.lock().unwrap().iter().any(|(p, text)| {
-            *p == second && text.lines().any(|l| l == main_pid) && text.lines().any(|l| l == "READY=1")
+            *p == second
+                && text.lines().any(|l| l == main_pid)
+                && text.lines().any(|l| l == "READY=1")
         })
     })
     .await;
@@ -102,7 +110,11 @@ async fn the_new_process_names_itself_main_and_takes_over_the_watchdog() {
     })
     .await;
     assert!(
-        !heard.lock().unwrap().iter().any(|(_, t)| t.contains("STOPPING=1")),
+        !heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, t)| t.contains("STOPPING=1")),
         "an upgrade is not a stop: {:?}",
         heard.lock().unwrap()
     );

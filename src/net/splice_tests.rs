@@ -1,0 +1,100 @@
+//! A splice frozen with bytes held for a slow receiver resumes exactly:
+//! the held bytes first, the counts carried, nothing lost or repeated.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// A connected pair of loopback sockets; the first with a small receive
+/// buffer, so a peer that writes to it soon has to wait.
+async fn pair(small_first: bool) -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if small_first {
+        s.set_recv_buffer_size(4096).unwrap();
+    }
+    s.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    // In progress is fine: the accept below completes it.
+    let _ = s.connect(&addr.into());
+    let (theirs, _) = l.accept().await.unwrap();
+    let ours = TcpStream::from_std(s.into()).unwrap();
+    ours.writable().await.unwrap();
+    (ours, theirs)
+}
+
+#[tokio::test]
+async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
+    const LEN: usize = 4 << 20;
+    // client <-> proxy's client socket; proxy's backend socket <-> node.
+    let (mut client, proxy_client) = pair(true).await;
+    let (proxy_backend, mut node) = pair(false).await;
+    let data = pattern(LEN);
+    let sent = data.clone();
+    let writer = tokio::spawn(async move {
+        node.write_all(&sent).await.unwrap();
+        node.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        node.read_to_end(&mut rest).await.unwrap();
+        rest
+    });
+    let stats = BackendStats::default();
+    let closer = Closer::new();
+    let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
+    // Drive it until the client (not reading) makes it hold a chunk.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while spliced.down.held.is_none() {
+        assert!(Instant::now() < deadline, "the splice never held bytes");
+        tokio::select! {
+            _ = &mut spliced => panic!("the splice ended"),
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+    }
+    closer.close(CloseReason::Handover);
+    let out = (&mut spliced).await;
+    assert_eq!(out.reason, CloseReason::Handover);
+    let state = spliced.freeze();
+    assert!(!state.down.held.is_empty(), "bytes were held at the freeze");
+    assert!(!state.down.done && !state.up.done);
+    let before = state.down.moved;
+
+    // A new closer, as the new process makes one; the same sockets.
+    let closer = Closer::carried(state.up.moved, state.down.moved);
+    let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
+    let reader = async {
+        let mut got = vec![0u8; LEN];
+        client.read_exact(&mut got).await.unwrap();
+        let mut tail = [0u8; 1];
+        assert_eq!(client.read(&mut tail).await.unwrap(), 0, "EOF after the data");
+        client.write_all(b"bye").await.unwrap();
+        client.shutdown().await.unwrap();
+        got
+    };
+    let (out, got) = tokio::join!(resumed, reader);
+    assert!(got == data, "the client got every byte once, in order");
+    assert_eq!(out.reason, CloseReason::BackendClosed);
+    assert_eq!(out.bytes_down, LEN as u64, "the count went on from {before}");
+    assert_eq!(closer.bytes_down.load(Ordering::Relaxed), LEN as u64);
+    assert_eq!(stats.bytes_down.load(Ordering::Relaxed), LEN as u64);
+    // The last FIN goes out as the session drops the sockets.
+    drop((proxy_client, proxy_backend));
+    assert_eq!(writer.await.unwrap(), b"bye");
+}
+
+#[test]
+fn a_state_without_held_bytes_allocates_nothing() {
+    let dir = Dir::from(DirState {
+        moved: 9,
+        held: Vec::new(),
+        done: true,
+    });
+    assert!(dir.held.is_none());
+    assert_eq!((dir.moved, dir.done), (9, true));
+}
