@@ -11,6 +11,7 @@
 
 pub mod apply;
 pub mod close;
+pub mod drain;
 pub mod health;
 pub mod lag;
 pub mod own;
