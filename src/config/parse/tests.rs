@@ -102,8 +102,16 @@ fn drain_spread_merges_from_defaults_and_zero_means_at_once() {
         )
     };
     let c = ok(&two_pools("drain_spread: 0s"));
-    assert_eq!(c.pools[0].health.drain_spread, secs(3), "kept from defaults");
-    assert_eq!(c.pools[1].health.drain_spread, Duration::ZERO, "the pool wins");
+    assert_eq!(
+        c.pools[0].health.drain_spread,
+        secs(3),
+        "kept from defaults"
+    );
+    assert_eq!(
+        c.pools[1].health.drain_spread,
+        Duration::ZERO,
+        "the pool wins"
+    );
     let c = ok(&two_pools("drain_spread: 500ms, fall: 2"));
     assert_eq!(c.pools[1].health.drain_spread, Duration::from_millis(500));
     let d = crate::config::describe(&c);
@@ -111,7 +119,9 @@ fn drain_spread_merges_from_defaults_and_zero_means_at_once() {
     assert!(d.contains("drain on (spread over 500ms)"), "{d}");
     let c = ok(&pool_with("    health: { drain_spread: 0s }\n"));
     assert!(crate::config::describe(&c).contains("drain on (at once)"));
-    let c = ok(&pool_with("    health: { drain: false, drain_spread: 5s }\n"));
+    let c = ok(&pool_with(
+        "    health: { drain: false, drain_spread: 5s }\n",
+    ));
     assert!(crate::config::describe(&c).contains("drain off"));
 }
 
