@@ -26,7 +26,7 @@ use crate::pool::snapshot::ConnState;
 
 /// Why a backend is drained: the `reason` of its `drained` events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::pool) enum Cause {
+enum Cause {
     /// Taken out: its state then.
     Out(State),
     /// Gone from the config after a reload.
@@ -68,7 +68,7 @@ pub(in crate::pool) struct DrainRun {
 
 impl DrainRun {
     /// A drain of the `planned` movable connections of a backend, from `now`.
-    pub(in crate::pool) fn new(
+    fn new(
         now: Instant,
         spread: Duration,
         planned: usize,
