@@ -8,12 +8,11 @@
 use std::time::Duration;
 
 use crate::admin::http::{admin_addr, request};
-use crate::support::nodes::Node;
+use crate::support::nodes::{Node, echo_client};
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -23,18 +22,6 @@ const SPREAD: Duration = Duration::from_secs(5);
 
 fn about(message: &'static str, backend: &'static str) -> impl Fn(&Value) -> bool {
     move |e| e["message"] == message && e["backend"] == backend
-}
-
-/// A client whose connection is spliced: its byte came back through the
-/// echo node.
-async fn spliced_client(addr: std::net::SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"x").await.unwrap();
-    let mut byte = [0u8; 1];
-    within("echo through the proxy", T, s.read_exact(&mut byte))
-        .await
-        .unwrap();
-    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +40,7 @@ async fn a_quarantined_backends_clients_are_closed_over_the_spread_oldest_first(
     // in this order.
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
-        clients.push(spliced_client(proxy.addr("p")).await);
+        clients.push(echo_client(proxy.addr("p")).await);
     }
     assert_eq!((a.live(), b.live()), (CLIENTS / 2, CLIENTS / 2));
 
