@@ -103,8 +103,9 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl Pool {
-    /// Start a drain of every backend taken out that has none, resume the
-    /// ones the last-leg rule held up, and close what is due now. Runs
+    /// Start a drain of every backend taken out that has none (or hurry
+    /// one whose backend went `down`), and close what is due now, resuming
+    /// the drains the last-leg rule held up. Runs
     /// after every usability change (so a kept last leg is drained as soon
     /// as a peer is usable), under the pool lock. A `down` backend is
     /// drained at once, whatever `drain_spread` says.
@@ -125,16 +126,13 @@ impl Pool {
                             b.drain = Some(DrainRun::new(now, spread, planned, Cause::Out(state)));
                         }
                     }
-                    Some(run) => {
-                        if spread.is_zero() && !run.schedule.is_at_once() {
-                            run.schedule = run.schedule.at_once(run.closed, now);
-                            run.cause = Cause::Out(state);
-                        } else if run.paused {
-                            run.schedule = run.schedule.resumed(run.closed, now);
-                            debug!(pool = %self.name, backend = %b.config.name, "drain_resumed");
-                        }
-                        run.paused = false;
+                    Some(run) if spread.is_zero() && !run.schedule.is_at_once() => {
+                        // Turned down mid-drain: the rest go now.
+                        run.schedule = run.schedule.at_once(run.closed, now);
+                        run.spread = spread;
+                        run.cause = Cause::Out(state);
                     }
+                    Some(_) => {}
                 }
             }
         }
@@ -212,6 +210,12 @@ impl Pool {
             }
             b.drain = Some(run);
             return None;
+        }
+        if run.paused {
+            // A peer is usable again: go on at the same pace, not in a burst.
+            run.paused = false;
+            run.schedule = run.schedule.resumed(run.closed, now);
+            debug!(pool = %self.name, backend = %b.config.name, "drain_resumed");
         }
         let due = run.schedule.due(now);
         let reason = run.cause.close_reason();

@@ -347,3 +347,40 @@ async fn a_removed_backend_put_back_keeps_what_it_has_left() {
     assert_eq!(bench.id("a"), a, "the same backend, not a new one");
     assert_eq!(bench.pool.snapshot().backends[0].connections, 50);
 }
+
+/// A removed backend keeps the last-leg rule too: held while no backend is
+/// usable, then on at the same pace, not in a burst.
+#[tokio::test(start_paused = true)]
+async fn a_removed_backend_is_held_as_the_last_leg_and_resumes_at_its_pace() {
+    let mut bench = Bench::new("5s", &["a", "b"], 50);
+    let a = bench.id("a");
+    let next = Config::parse(&yaml("5s", &["b"]), "inline.yaml".as_ref()).unwrap();
+    bench.pool.reconfigure(next.pools[0].clone());
+    bench.run_until(ms(1050)).await;
+    bench.quarantine("b");
+    bench.run_until(ms(3000)).await;
+    assert_eq!(bench.closes.len(), 11, "closed the last leg");
+    bench.bring_back("b");
+    bench.run_until(ms(20_000)).await;
+    let mut expected = every_100ms(0, 11);
+    expected.extend(every_100ms(3000, 39));
+    assert_eq!(bench.close_times(), expected);
+    assert_eq!(bench.closed_ids(), bench.ids_on(a));
+}
+
+/// Its window over but not yet stepped past, a spread drain's backend is
+/// found down: the rest go at once.
+#[tokio::test(start_paused = true)]
+async fn a_backend_found_down_mid_drain_loses_the_rest_at_once() {
+    let mut bench = Bench::new("5s", &["a", "b"], 50);
+    let a = bench.id("a");
+    bench.pool.quarantine("a", ms(1000)).unwrap();
+    bench.run_until(ms(950)).await;
+    assert_eq!(bench.closes.len(), 10);
+    time::advance(ms(60)).await;
+    bench.probe("a", Verdict::Down);
+    let mut expected = every_100ms(0, 10);
+    expected.extend(vec![ms(1010); 40]);
+    assert_eq!(bench.close_times(), expected);
+    assert_eq!(bench.closed_ids(), bench.ids_on(a));
+}
