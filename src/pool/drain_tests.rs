@@ -260,17 +260,21 @@ async fn the_last_leg_rule_holds_at_every_close() {
     let mut bench = Bench::new("5s", &["a", "b"], 50);
     let a = bench.id("a");
     bench.quarantine("a");
+    held_by_b_then_resumed(&mut bench, a).await;
+}
+
+/// A's drain, started at 0, with B out from 1.05 s to 3 s: A is then the
+/// last leg and nothing more of it closes; once B is back, A's drain
+/// resumes at once, at the same pace, oldest first.
+async fn held_by_b_then_resumed(bench: &mut Bench, a: BackendId) {
     bench.run_until(ms(1050)).await;
     assert_eq!(bench.closes.len(), 11);
-
-    // B out too: A is the last leg, nothing more of it closes.
     bench.quarantine("b");
     assert_eq!(bench.pool.drain_step(Instant::now()), None, "no deadline while held");
     bench.run_until(ms(3000)).await;
     assert_eq!(bench.closes.len(), 11, "closed the last leg");
     assert!(bench.ids_on(bench.id("b")).iter().all(|id| !bench.closed_ids().contains(id)));
 
-    // B back: A's drain resumes at once, at the same pace, oldest first.
     bench.bring_back("b");
     bench.run_until(ms(20_000)).await;
     let mut expected = every_100ms(0, 11);
@@ -356,16 +360,7 @@ async fn a_removed_backend_is_held_as_the_last_leg_and_resumes_at_its_pace() {
     let a = bench.id("a");
     let next = Config::parse(&yaml("5s", &["b"]), "inline.yaml".as_ref()).unwrap();
     bench.pool.reconfigure(next.pools[0].clone());
-    bench.run_until(ms(1050)).await;
-    bench.quarantine("b");
-    bench.run_until(ms(3000)).await;
-    assert_eq!(bench.closes.len(), 11, "closed the last leg");
-    bench.bring_back("b");
-    bench.run_until(ms(20_000)).await;
-    let mut expected = every_100ms(0, 11);
-    expected.extend(every_100ms(3000, 39));
-    assert_eq!(bench.close_times(), expected);
-    assert_eq!(bench.closed_ids(), bench.ids_on(a));
+    held_by_b_then_resumed(&mut bench, a).await;
 }
 
 /// Its window over but not yet stepped past, a spread drain's backend is
