@@ -21,7 +21,8 @@ pub use schedule::Schedule;
 use crate::config::PoolConfig;
 use crate::pool::close::CloseReason;
 use crate::pool::health::State;
-use crate::pool::registry::{Backend, Members, Pool};
+use crate::pool::members::Members;
+use crate::pool::registry::{Backend, Pool};
 use crate::pool::snapshot::ConnState;
 
 /// Why a backend is drained: the `reason` of its `drained` events.

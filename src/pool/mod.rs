@@ -14,6 +14,7 @@ pub mod close;
 pub mod drain;
 pub mod health;
 pub mod lag;
+pub mod members;
 pub mod own;
 pub mod rebalance;
 pub mod registry;

@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
@@ -32,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
 use crate::pool::drain::DrainRun;
+use crate::pool::members::Members;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::pool::select::{self, Candidate};
 use crate::pool::own::OwnListeners;
@@ -124,32 +124,6 @@ impl Backend {
             stats: Arc::default(),
             drain: None,
         }
-    }
-}
-
-/// Everything the pool lock guards: the configured backends and the
-/// removed ones still being drained. Derefs to the configured ones, which
-/// every rule but drains and unregistering looks at.
-#[derive(Debug, Default)]
-pub(in crate::pool) struct Members {
-    /// Configured, in config order.
-    pub(in crate::pool) active: Vec<Backend>,
-    /// Removed by a reload, their connections not all gone yet: out of
-    /// selection, probes and snapshots.
-    pub(in crate::pool) leaving: Vec<Backend>,
-}
-
-impl Deref for Members {
-    type Target = Vec<Backend>;
-
-    fn deref(&self) -> &Vec<Backend> {
-        &self.active
-    }
-}
-
-impl DerefMut for Members {
-    fn deref_mut(&mut self) -> &mut Vec<Backend> {
-        &mut self.active
     }
 }
 
@@ -417,16 +391,6 @@ impl Pool {
             }
         }
         leaving.retain(|b| b.drain.is_some() || !b.conns.is_empty());
-    }
-}
-
-impl Members {
-    /// True when `backend` (configured or leaving) has a drain running.
-    fn any_draining(&self, backend: BackendId) -> bool {
-        self.active
-            .iter()
-            .chain(&self.leaving)
-            .any(|b| b.id == backend && b.drain.is_some())
     }
 }
 
