@@ -113,13 +113,12 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
     if matches!(h.probe, ProbeKind::BitcoinP2p | ProbeKind::Blockbook) {
         write!(out, ", max_lag_blocks {}", h.max_lag_blocks)?;
     }
-    writeln!(
-        out,
-        ", fall {}, rise {}, drain {}",
-        h.fall,
-        h.rise,
-        if h.drain { "on" } else { "off" }
-    )?;
+    write!(out, ", fall {}, rise {}, ", h.fall, h.rise)?;
+    match (h.drain, h.drain_spread.is_zero()) {
+        (false, _) => writeln!(out, "drain off")?,
+        (true, true) => writeln!(out, "drain on (at once)")?,
+        (true, false) => writeln!(out, "drain on (spread over {})", dur(h.drain_spread))?,
+    }
     writeln!(out, "  backends:")?;
     for b in &pool.backends {
         write!(out, "    - {}", b.name)?;

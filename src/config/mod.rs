@@ -149,6 +149,10 @@ pub struct HealthConfig {
     pub rise: u32,
     /// Close an unhealthy backend's connections (never the last usable leg).
     pub drain: bool,
+    /// A drain closes its connections one by one, oldest first, spread
+    /// evenly over this window (zero: all at once). A `down` backend is
+    /// always drained at once.
+    pub drain_spread: Duration,
 }
 
 /// How a backend is probed.

@@ -53,6 +53,7 @@ const NETWORK: Network = Network::Litecoin;
 const FALL: u32 = 2;
 const RISE: u32 = 1;
 const DRAIN: bool = true;
+const DRAIN_SPREAD: Duration = Duration::from_secs(10);
 const LOG_LEVEL: &str = "info";
 /// A live upgrade's default wait for the new process.
 const UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -278,6 +279,7 @@ fn build_health(h: RawHealth) -> HealthConfig {
         fall: h.fall.map_or(FALL, NonZeroU32::get),
         rise: h.rise.map_or(RISE, NonZeroU32::get),
         drain: h.drain.unwrap_or(DRAIN),
+        drain_spread: h.drain_spread.map_or(DRAIN_SPREAD, |d| d.0),
     }
 }
 

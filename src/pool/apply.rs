@@ -1,7 +1,8 @@
 //! The one place health events change a pool: connect outcomes from client
 //! traffic, probe reports, manual quarantine and release. Each applies the
 //! pure rules of [`crate::pool::health`] under the pool lock, logs what changed and
-//! re-runs the drain check whenever a backend's usability changed.
+//! re-runs the drain check ([`crate::pool::drain`]) whenever a backend's
+//! usability changed.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -9,8 +10,6 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::pool::close::CloseReason;
-use crate::config::PoolConfig;
 use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
 use crate::pool::lag::{self, Claim, Judgement};
 use crate::pool::report::{Proof, Report, Verdict};
@@ -275,33 +274,6 @@ impl Pool {
             Effect::Released => {
                 info!(pool = %self.name, backend = %b.config.name, height = b.height, "released");
                 true
-            }
-        }
-    }
-
-    /// Close the connections of every unusable backend, but only while some
-    /// backend is usable: the last leg is kept. Runs after every usability
-    /// change, so a kept leg is drained as soon as a peer becomes usable.
-    /// A backend whose window is over is left to its next probe: two
-    /// backends released together both keep their clients, whichever
-    /// passes its probe first.
-    fn drain(&self, backends: &mut [Backend], config: &PoolConfig) {
-        if !config.health.drain || !backends.iter().any(|b| b.health.is_usable()) {
-            return;
-        }
-        let now = Instant::now();
-        let out = |b: &&Backend| !b.health.is_usable() && !b.health.awaiting_return(now);
-        for b in backends.iter().filter(out) {
-            let mut closed = 0u64;
-            for entry in b.conns.values().filter(|e| e.closer.is_movable()) {
-                entry.closer.close(CloseReason::Drained);
-                closed += 1;
-            }
-            if closed > 0 {
-                info!(
-                    pool = %self.name, backend = %b.config.name, connections = closed,
-                    reason = b.health.state().as_str(), "drained"
-                );
             }
         }
     }

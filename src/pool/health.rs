@@ -440,7 +440,7 @@ impl BackendHealth {
 }
 
 /// `now + window`, saturating at a century instead of overflowing.
-fn later(now: Instant, window: Duration) -> Instant {
+pub(in crate::pool) fn later(now: Instant, window: Duration) -> Instant {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
     now.checked_add(window.min(CENTURY))
         .or_else(|| now.checked_add(Duration::from_secs(86_400)))

@@ -12,8 +12,10 @@
 pub mod apply;
 pub mod carry;
 pub mod close;
+pub mod drain;
 pub mod health;
 pub mod lag;
+pub mod members;
 pub mod own;
 pub mod rebalance;
 pub mod registry;

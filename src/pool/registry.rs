@@ -10,6 +10,11 @@
 //! Each connection registers a [`Closer`] so any one of them can be closed
 //! from outside (drain, rebalance: "the busiest backend's newest connection";
 //! connection ids grow, so the newest is the largest).
+//!
+//! A backend removed by a reload leaves selection, probes and snapshots at
+//! once but stays in the pool's `leaving` list while its connections are
+//! drained (see [`drain`](crate::pool::drain)); their leases unregister
+//! there.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,10 +24,14 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
+use crate::pool::drain::DrainRun;
+use crate::pool::members::Members;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::pool::select::{self, Candidate};
 use crate::pool::own::OwnListeners;
@@ -97,6 +106,8 @@ pub(in crate::pool) struct Backend {
     pub(in crate::pool) conns: BTreeMap<ConnId, ConnEntry>,
     /// Its counters.
     pub(in crate::pool) stats: Arc<BackendStats>,
+    /// The drain closing its connections, while one runs.
+    pub(in crate::pool) drain: Option<DrainRun>,
 }
 
 impl Backend {
@@ -111,6 +122,7 @@ impl Backend {
             last_probe: None,
             conns: BTreeMap::new(),
             stats: Arc::default(),
+            drain: None,
         }
     }
 }
@@ -136,7 +148,7 @@ pub struct Pool {
     pub name: String,
     config: ArcSwap<PoolConfig>,
     listen: ArcSwap<Vec<SocketAddr>>,
-    backends: Mutex<Vec<Backend>>,
+    backends: Mutex<Members>,
     clients: AtomicUsize,
     /// Connections moved by the rebalancer.
     pub(in crate::pool) rebalance_moves: AtomicU64,
@@ -149,6 +161,8 @@ pub struct Pool {
     /// A live upgrade is taking the connections: each one is stopped for
     /// the handover as soon as it is spliced. Read and set under the lock.
     handing_over: AtomicBool,
+    /// Wakes the drain task: a drain started, resumed or has new work.
+    pub(in crate::pool) drain_wake: Notify,
 }
 
 impl Pool {
@@ -165,13 +179,17 @@ impl Pool {
             name: config.name.clone(),
             config: ArcSwap::from_pointee(config),
             listen: ArcSwap::from_pointee(Vec::new()),
-            backends: Mutex::new(backends),
+            backends: Mutex::new(Members {
+                active: backends,
+                leaving: Vec::new(),
+            }),
             clients: AtomicUsize::new(0),
             rebalance_moves: AtomicU64::new(0),
             token,
             stopped: OnceLock::new(),
             own: Arc::default(),
             handing_over: AtomicBool::new(false),
+            drain_wake: Notify::new(),
         }
     }
 
@@ -202,7 +220,7 @@ impl Pool {
 
     /// Lock the backends. Callers keep the guard short and never `.await`
     /// with it held. Readers outside the pool take a snapshot instead.
-    pub(in crate::pool) fn backends(&self) -> MutexGuard<'_, Vec<Backend>> {
+    pub(in crate::pool) fn backends(&self) -> MutexGuard<'_, Members> {
         // A panic while holding the lock leaves plain data behind that is
         // still consistent enough to serve; keep going rather than cascade.
         self.backends.lock().unwrap_or_else(|e| e.into_inner())
@@ -210,37 +228,43 @@ impl Pool {
 
     /// Apply a reloaded config: backends are matched by name (and address;
     /// a backend whose address changed is a different node). Kept ones keep
-    /// their health, strikes and connections; removed ones have their
-    /// connections closed. Settings apply to new work.
+    /// their health, strikes and connections (a removed one still being
+    /// drained comes back with what it has left); removed ones leave
+    /// selection at once and have their connections drained over the new
+    /// `health.drain_spread`, the last leg kept. Settings apply to new work.
     pub fn reconfigure(&self, config: PoolConfig) {
-        let mut backends = self.backends();
-        let mut old: Vec<Backend> = std::mem::take(&mut *backends);
-        let mut next_id = old.iter().map(|b| b.id + 1).max().unwrap_or(0);
+        let now = Instant::now();
+        let mut m = self.backends();
+        let mut old: Vec<Backend> = std::mem::take(&mut m.active);
+        let ids = old.iter().chain(&m.leaving).map(|b| b.id + 1);
+        let mut next_id = ids.max().unwrap_or(0);
         for bc in &config.backends {
-            let kept = old
-                .iter()
-                .position(|b| b.config.same_backend(bc));
-            let backend = match kept {
-                Some(i) => {
-                    let mut b = old.swap_remove(i);
-                    b.config = Arc::new(bc.clone());
-                    b
-                }
-                None => {
-                    next_id += 1;
-                    tracing::info!(pool = %self.name, backend = %bc.name, "backend_added");
-                    Backend::new(next_id, bc.clone())
-                }
+            let same = |b: &Backend| b.config.same_backend(bc);
+            let backend = if let Some(i) = old.iter().position(same) {
+                old.swap_remove(i)
+            } else if let Some(i) = m.leaving.iter().position(same) {
+                let mut b = m.leaving.swap_remove(i);
+                self.stop_drain(&mut b);
+                b
+            } else {
+                next_id += 1;
+                tracing::info!(pool = %self.name, backend = %bc.name, "backend_added");
+                Backend::new(next_id, bc.clone())
             };
-            backends.push(backend);
+            m.active.push(Backend {
+                config: Arc::new(bc.clone()),
+                ..backend
+            });
         }
-        for gone in old {
+        for mut gone in old {
             tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
-            for entry in gone.conns.values() {
-                entry.closer.close(CloseReason::BackendRemoved);
+            if !gone.conns.is_empty() {
+                self.drain_removed(&mut gone, now, config.health.drain_spread);
+                m.leaving.push(gone);
             }
         }
         self.config.store(Arc::new(config));
+        self.settle(&mut m, &self.config(), now);
     }
 
     /// A client's backend leg to `backend` is up: mark it spliced (from
@@ -256,16 +280,19 @@ impl Pool {
         chosen_usable: bool,
         closer: &Closer,
     ) -> bool {
-        let backends = self.backends();
+        let m = self.backends();
         let usable = |b: &Backend| b.health.is_usable();
-        let wanted =
-            backends.iter().any(|b| b.id == backend && usable(b)) || !backends.iter().any(usable);
+        let wanted = m.active.iter().any(|b| b.id == backend && usable(b))
+            || !m.active.iter().any(usable);
         if chosen_usable && !wanted {
             return false;
         }
         closer.set_spliced();
         if self.handing_over.load(Ordering::Relaxed) {
             closer.close(CloseReason::Handover);
+        } else if m.any_draining(backend) {
+            // A fail-open client on a draining backend: the drain closes it too.
+            self.drain_wake.notify_one();
         }
         true
     }
@@ -275,9 +302,11 @@ impl Pool {
     /// spliced (see [`Pool::splice_if_wanted`]), so none is left behind.
     /// Under the lock, as splices are marked.
     pub fn begin_handover(&self) {
-        let backends = self.backends();
+        let m = self.backends();
         self.handing_over.store(true, Ordering::Relaxed);
-        for entry in backends.iter().flat_map(|b| b.conns.values()) {
+        // Leaving backends' too: the new process, which has no such
+        // backend, closes them as a reload does.
+        for entry in m.active.iter().chain(&m.leaving).flat_map(|b| b.conns.values()) {
             if entry.closer.is_movable() {
                 entry.closer.close(CloseReason::Handover);
             }
@@ -342,7 +371,8 @@ impl Pool {
 
     /// Close every connection of the pool with `reason`.
     pub fn close_all(&self, reason: CloseReason) {
-        for b in self.backends().iter() {
+        let m = self.backends();
+        for b in m.active.iter().chain(&m.leaving) {
             for entry in b.conns.values() {
                 entry.closer.close(reason);
             }
@@ -420,10 +450,16 @@ impl Pool {
     }
 
     fn unregister(&self, backend: BackendId, conn: ConnId) {
-        let mut backends = self.backends();
-        if let Some(b) = backends.iter_mut().find(|b| b.id == backend) {
+        let mut m = self.backends();
+        let Members { active, leaving } = &mut *m;
+        if let Some(b) = active.iter_mut().chain(leaving.iter_mut()).find(|b| b.id == backend) {
             b.conns.remove(&conn);
+            if b.drain.is_some() {
+                // The drain may be done now that this one has gone.
+                self.drain_wake.notify_one();
+            }
         }
+        leaving.retain(|b| b.drain.is_some() || !b.conns.is_empty());
     }
 }
 

@@ -1,6 +1,6 @@
-//! The running instance: binds, starts every pool's tasks, serves until
-//! shutdown, and applies reloads (the only place pools are added, changed or
-//! removed).
+//! The running instance: binds, starts every pool's tasks (accept loops,
+//! probes, rebalance and drain clocks), serves until shutdown, and applies
+//! reloads (the only place pools are added, changed or removed).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,6 +30,7 @@ use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::runtime::limits;
 use crate::net::listener::{self, BindError};
+use crate::runtime::drain;
 use crate::runtime::notify;
 use crate::runtime::rebalance;
 use crate::net::sockopt;
@@ -247,6 +248,7 @@ impl Server {
         let run = &mut self.pools[i];
         prober.watch(&run.pool);
         self.tracker.spawn(rebalance::run(run.pool.clone()));
+        self.tracker.spawn(drain::run(run.pool.clone()));
         start_accepting(run, &self.shared, &self.workers);
     }
 
@@ -315,6 +317,7 @@ impl Server {
                     info!(pool = %pc.name, "pool_added");
                     prober.watch(&pool);
                     self.tracker.spawn(rebalance::run(pool.clone()));
+                    self.tracker.spawn(drain::run(pool.clone()));
                     PoolRun { pool, listens }
                 }
             };

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::nodes::{BlackHole, Node, refused_addr};
+use crate::support::nodes::{BlackHole, Node, echo_client, refused_addr};
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
 use serde_json::Value;
@@ -22,13 +22,7 @@ fn pool(backends: &[SocketAddr], extra: &str) -> String {
 }
 
 async fn echo_roundtrip(addr: SocketAddr) {
-    let mut c = TcpStream::connect(addr).await.unwrap();
-    c.write_all(b"ping").await.unwrap();
-    let mut b = [0u8; 4];
-    within("echo through the proxy", T, c.read_exact(&mut b))
-        .await
-        .unwrap();
-    assert_eq!(&b, b"ping");
+    drop(echo_client(addr).await);
 }
 
 /// Read until EOF or error; returns the bytes received before that.

@@ -21,4 +21,5 @@ mod reload;
 mod secrets;
 mod self_loop;
 mod splice;
+mod spread;
 mod upgrade;

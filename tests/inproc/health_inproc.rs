@@ -23,7 +23,8 @@ async fn sim(height: u64) -> SimNode {
 }
 
 /// Pool `p` in front of `nodes` (named a, b, ...), probed every `interval`
-/// with `timeout`; rebalancing off so only the rules under test move clients.
+/// with `timeout`; rebalancing off so only the rules under test move clients,
+/// and drains at once (their spread has its own tests).
 fn yaml(nodes: &[&SimNode], interval: &str, timeout: &str) -> String {
     let backends: Vec<String> = nodes
         .iter()
@@ -35,7 +36,7 @@ fn yaml(nodes: &[&SimNode], interval: &str, timeout: &str) -> String {
          rebalance: {{ interval: 0s }}\n    \
          quarantine: {{ base: 1h, max: 1h, failures: 3 }}\n    \
          health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: {interval}, \
-         timeout: {timeout}, fall: 2, rise: 1 }}\n    backends: [{}]\n",
+         timeout: {timeout}, fall: 2, rise: 1, drain_spread: 0s }}\n    backends: [{}]\n",
         backends.join(", ")
     )
 }

@@ -120,6 +120,20 @@ impl Drop for Node {
     }
 }
 
+/// A client of `addr` (a proxy in front of echo nodes) once a `ping` came
+/// back through it: its backend leg is up.
+pub async fn echo_client(addr: SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"ping").await.unwrap();
+    let mut b = [0u8; 4];
+    let echoed = c.read_exact(&mut b);
+    crate::support::within("echo through the proxy", Duration::from_secs(20), echoed)
+        .await
+        .unwrap();
+    assert_eq!(&b, b"ping");
+    c
+}
+
 /// Echo until EOF, then half-close.
 pub async fn echo(mut s: TcpStream) {
     let (mut r, mut w) = s.split();

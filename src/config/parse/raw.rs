@@ -119,6 +119,7 @@ pub(super) struct RawHealth {
     pub(super) fall: Option<NonZeroU32>,
     pub(super) rise: Option<NonZeroU32>,
     pub(super) drain: Option<bool>,
+    pub(super) drain_spread: Option<AnyDur>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -231,6 +232,7 @@ impl Merge for RawHealth {
             fall: self.fall.or(d.fall),
             rise: self.rise.or(d.rise),
             drain: self.drain.or(d.drain),
+            drain_spread: self.drain_spread.or(d.drain_spread),
         }
     }
 }

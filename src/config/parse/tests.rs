@@ -70,6 +70,7 @@ fn builtin_defaults() {
         (h.magic, h.fall, h.rise, h.drain),
         ([0xfb, 0xc0, 0xb6, 0xdb], 2, 1, true)
     );
+    assert_eq!(h.drain_spread, secs(10));
     assert!(p.allow.is_empty());
     assert_eq!(p.backends[0].name, "h:1");
 }
@@ -90,6 +91,38 @@ fn defaults_merge_key_by_key_and_pool_wins() {
         (ProbeKind::BitcoinP2p, secs(7), secs(2))
     );
     assert_eq!((h.fall, h.rise), (4, 1));
+}
+
+#[test]
+fn drain_spread_merges_from_defaults_and_zero_means_at_once() {
+    let two_pools = |own: &str| {
+        format!(
+            "defaults:\n  health: {{ drain_spread: 3s }}\n{POOL}    health: {{ probe: bitcoin-p2p }}\n  \
+             - name: q\n    listen: 127.0.0.1:9334\n    backends: [h:2]\n    health: {{ {own} }}\n"
+        )
+    };
+    let c = ok(&two_pools("drain_spread: 0s"));
+    assert_eq!(
+        c.pools[0].health.drain_spread,
+        secs(3),
+        "kept from defaults"
+    );
+    assert_eq!(
+        c.pools[1].health.drain_spread,
+        Duration::ZERO,
+        "the pool wins"
+    );
+    let c = ok(&two_pools("drain_spread: 500ms, fall: 2"));
+    assert_eq!(c.pools[1].health.drain_spread, Duration::from_millis(500));
+    let d = crate::config::describe(&c);
+    assert!(d.contains("drain on (spread over 3s)"), "{d}");
+    assert!(d.contains("drain on (spread over 500ms)"), "{d}");
+    let c = ok(&pool_with("    health: { drain_spread: 0s }\n"));
+    assert!(crate::config::describe(&c).contains("drain on (at once)"));
+    let c = ok(&pool_with(
+        "    health: { drain: false, drain_spread: 5s }\n",
+    ));
+    assert!(crate::config::describe(&c).contains("drain off"));
 }
 
 #[test]
@@ -185,6 +218,7 @@ const POOL_RULES: &[(&str, &str, &str)] = &[
     ("connect_timeout: 0s", "pools[0].connect_timeout", "more than 0s"),
     ("idle_timeout: 1000years", "pools[0].idle_timeout", "too long"),
     ("health: { interval: 0s }", "pools[0].health.interval", "more than 0s"),
+    ("health: { drain_spread: soon }", "pools[0].health.drain_spread", "invalid duration"),
     ("health: { timeout: 0ms }", "pools[0].health.timeout", "more than 0s"),
     ("quarantine: { base: 0s }", "pools[0].quarantine.base", "more than 0s"),
     ("quarantine: { max: 0s }", "pools[0].quarantine.max", "more than 0s"),

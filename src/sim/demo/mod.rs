@@ -175,6 +175,7 @@ fn pool_yaml(nodes: &[DemoNode]) -> String {
       fall: 2
       rise: 1
       drain: true
+      drain_spread: 1s
     backends:
 {backends}"
     )

@@ -1,0 +1,42 @@
+//! What the pool lock guards: the configured backends, and the ones a
+//! reload removed that are still being drained.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::pool::registry::{Backend, BackendId};
+
+/// Everything the pool lock guards: the configured backends and the
+/// removed ones still being drained. Derefs to the configured ones, which
+/// every rule but drains and unregistering looks at.
+#[derive(Debug, Default)]
+pub(in crate::pool) struct Members {
+    /// Configured, in config order.
+    pub(in crate::pool) active: Vec<Backend>,
+    /// Removed by a reload, their connections not all gone yet: out of
+    /// selection, probes and snapshots.
+    pub(in crate::pool) leaving: Vec<Backend>,
+}
+
+impl Deref for Members {
+    type Target = Vec<Backend>;
+
+    fn deref(&self) -> &Vec<Backend> {
+        &self.active
+    }
+}
+
+impl DerefMut for Members {
+    fn deref_mut(&mut self) -> &mut Vec<Backend> {
+        &mut self.active
+    }
+}
+
+impl Members {
+    /// True when `backend` (configured or leaving) has a drain running.
+    pub(in crate::pool) fn any_draining(&self, backend: BackendId) -> bool {
+        self.active
+            .iter()
+            .chain(&self.leaving)
+            .any(|b| b.id == backend && b.drain.is_some())
+    }
+}
