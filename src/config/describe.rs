@@ -44,6 +44,10 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
         "log: level {}, format {format}, to {file}",
         config.log.level
     )?;
+    match &config.state_file {
+        Some(f) => writeln!(out, "state_file: {}", f.display())?,
+        None => writeln!(out, "state_file: none (nothing kept across restarts)")?,
+    }
     for pool in &config.pools {
         writeln!(out)?;
         write_pool(out, pool)?;

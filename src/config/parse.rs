@@ -6,12 +6,12 @@
 mod compat;
 mod error;
 mod locate;
-mod logdir;
 mod own;
 mod raw;
 #[cfg(test)]
 mod tests;
 mod values;
+mod writable;
 mod zone;
 
 use std::collections::HashMap;
@@ -72,10 +72,17 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
 
 /// The rules that need the host rather than the text alone: a backend that
 /// is one of the instance's own listeners (names resolved now), and a
-/// `log.file` that can be written.
+/// `log.file` and `state_file` that can be written.
 pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
-    let log = config.log.file.as_deref().map_or(Ok(()), logdir::check);
-    log.and_then(|()| own::check_host(config, text))
+    let log = |f: &Path| writable::check(f, "log.file", "log");
+    let state = |f: &Path| writable::check(f, "state_file", "state");
+    config
+        .log
+        .file
+        .as_deref()
+        .map_or(Ok(()), log)
+        .and_then(|()| config.state_file.as_deref().map_or(Ok(()), state))
+        .and_then(|()| own::check_host(config, text))
         .map_err(|inv| ConfigError::from_invalid(file, text, inv))
 }
 
@@ -107,6 +114,20 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         format,
         file: log.file,
     };
+
+    let state_file = raw.state_file;
+    if let Some(f) = &state_file {
+        if f.as_os_str().is_empty() {
+            return invalid("state_file", "must not be empty; leave it out to keep no state");
+        }
+        // The atomic save renames a new file over it: it cannot be a directory.
+        if f.file_name().is_none() || f.is_dir() {
+            return invalid(
+                "state_file",
+                format!("{} is a directory; name a file in it", f.display()),
+            );
+        }
+    }
 
     let admin = raw.admin.and_then(|a| {
         let allow = a
@@ -152,7 +173,12 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         }
         pools.push(build_pool(&at, raw_pool, &defaults)?);
     }
-    Ok(Config { admin, log, pools })
+    Ok(Config {
+        admin,
+        log,
+        state_file,
+        pools,
+    })
 }
 
 /// Two listeners cannot both bind: same port (not 0, the "any free port"

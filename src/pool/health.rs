@@ -268,6 +268,21 @@ impl BackendHealth {
         self.quarantine.map_or(self.base, |q| q.reason.state())
     }
 
+    /// The state while not taken out: `Unknown` or `Healthy`.
+    pub fn base(&self) -> State {
+        self.base
+    }
+
+    /// Set the state while not taken out, as a saved record had it; a
+    /// state other than `Healthy` reads as `Unknown` (the others are
+    /// quarantines, carried by [`BackendHealth::quarantine`]).
+    pub fn set_base(&mut self, base: State) {
+        self.base = match base {
+            State::Healthy => State::Healthy,
+            _ => State::Unknown,
+        };
+    }
+
     /// Takes new clients.
     pub fn is_usable(&self) -> bool {
         self.state().is_usable()
@@ -440,7 +455,7 @@ impl BackendHealth {
 }
 
 /// `now + window`, saturating at a century instead of overflowing.
-fn later(now: Instant, window: Duration) -> Instant {
+pub(in crate::pool) fn later(now: Instant, window: Duration) -> Instant {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
     now.checked_add(window.min(CENTURY))
         .or_else(|| now.checked_add(Duration::from_secs(86_400)))

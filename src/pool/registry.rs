@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
+use crate::pool::saved::HealthChanges;
 use crate::pool::select::{self, Candidate};
 use crate::pool::own::OwnListeners;
 
@@ -146,6 +147,9 @@ pub struct Pool {
     stopped: OnceLock<CloseReason>,
     /// Every listener of the process, which backend legs never dial.
     own: Arc<OwnListeners>,
+    /// Bumped when a backend's quarantine, strikes or state changes (or
+    /// membership does): what the state file writer waits on.
+    pub(in crate::pool) changes: Arc<HealthChanges>,
 }
 
 impl Pool {
@@ -168,7 +172,19 @@ impl Pool {
             token,
             stopped: OnceLock::new(),
             own: Arc::default(),
+            changes: Arc::default(),
         }
+    }
+
+    /// The pool, telling `changes` (shared by every pool of the process)
+    /// when a backend's saved health changes.
+    pub fn with_changes(self, changes: Arc<HealthChanges>) -> Pool {
+        Pool { changes, ..self }
+    }
+
+    /// What this pool tells when a backend's saved health changes.
+    pub fn changes(&self) -> &Arc<HealthChanges> {
+        &self.changes
     }
 
     /// The pool, sharing the process's listener set `own`.
@@ -237,6 +253,8 @@ impl Pool {
             }
         }
         self.config.store(Arc::new(config));
+        // Backends may have come or gone: the saved set changes with them.
+        self.changes.bump();
     }
 
     /// A client's backend leg to `backend` is up: mark it spliced (from

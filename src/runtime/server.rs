@@ -1,6 +1,7 @@
 //! The running instance: binds, starts every pool's tasks, serves until
 //! shutdown, and applies reloads (the only place pools are added, changed or
-//! removed).
+//! removed). With a `state_file`, health is restored from it before any
+//! client is accepted and saved to it on every change.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,6 +25,8 @@ use crate::probe::prober::Prober;
 use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::pool::own::OwnListeners;
+use crate::pool::saved::HealthChanges;
+use crate::runtime::state_file;
 use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::runtime::limits;
@@ -52,6 +55,8 @@ pub struct Server {
     reloads: mpsc::Receiver<ReloadRequest>,
     /// Every bound pool listener, which backend legs never dial.
     own: Arc<OwnListeners>,
+    /// Told by every pool when a backend's saved health changes.
+    changes: Arc<HealthChanges>,
     /// Last: dropped (stopped) after everything that runs on them.
     workers: Workers,
 }
@@ -74,18 +79,27 @@ impl Server {
         let root = CancellationToken::new();
         let workers = Workers::per_core().context("start the data workers")?;
         let own = OwnListeners::new();
+        let changes = Arc::new(HealthChanges::default());
         let pools = config
             .pools
             .iter()
             .map(|pc| {
                 let listens = bind_all(pc, &pc.listen, workers.count())?;
-                let pool = Pool::new(pc.clone(), root.child_token()).with_own(own.clone());
+                let pool = Pool::new(pc.clone(), root.child_token())
+                    .with_own(own.clone())
+                    .with_changes(changes.clone());
                 let pool = Arc::new(pool);
                 let listens = adopt(&pool, listens);
                 Ok(PoolRun { pool, listens })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         own.set(bound_addrs(&pools));
+        if let Some(path) = &config.state_file {
+            // Bound, not yet accepting: no client reaches a backend whose
+            // saved window is still running.
+            let all: Vec<Arc<Pool>> = pools.iter().map(|p| p.pool.clone()).collect();
+            state_file::restore_at_start(path, &all);
+        }
         let admin = match &config.admin {
             Some(a) => {
                 let l = sockopt::bind(a.listen, None)
@@ -116,6 +130,7 @@ impl Server {
             control,
             reloads,
             own,
+            changes,
             workers,
         })
     }
@@ -150,6 +165,15 @@ impl Server {
             self.tracker.spawn(admin::serve(l, allow, control, token));
         }
         self.tracker.spawn(notify::watchdog(self.root.clone()));
+        if let Some(path) = self.config.state_file.clone() {
+            let writer = state_file::write_on_change(
+                path,
+                self.control.clone(),
+                &self.changes,
+                self.root.clone(),
+            );
+            self.tracker.spawn(writer);
+        }
         notify::ready();
         info!("ready");
         tokio::pin!(shutdown);
@@ -242,8 +266,9 @@ impl Server {
                     run
                 }
                 None => {
-                    let pool =
-                        Pool::new(pc.clone(), self.root.child_token()).with_own(self.own.clone());
+                    let pool = Pool::new(pc.clone(), self.root.child_token())
+                        .with_own(self.own.clone())
+                        .with_changes(self.changes.clone());
                     let pool = Arc::new(pool);
                     let listens = adopt(&pool, bound);
                     info!(pool = %pc.name, "pool_added");
@@ -266,8 +291,13 @@ impl Server {
             start_accepting(run, &self.shared, &self.workers);
         }
         self.control.set_pools(self.pools());
+        // Pools came or went: the state file follows the pools now.
+        self.changes.bump();
         if !plan.restart_only.is_empty() {
-            warn!("reload_partial: admin and log settings apply at the next restart");
+            warn!(
+                keys = ?plan.restart_only,
+                "reload_partial: admin, log and state_file settings apply at the next restart"
+            );
         }
         Ok(())
     }

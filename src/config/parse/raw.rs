@@ -16,11 +16,12 @@ pub(super) type PosDur = Dur<true>;
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping of `admin`, `log`, `defaults` and `pools`"
+    expecting = "a mapping of `admin`, `log`, `state_file`, `defaults` and `pools`"
 )]
 pub(super) struct RawFile {
     pub(super) admin: Option<RawAdmin>,
     pub(super) log: Option<RawLog>,
+    pub(super) state_file: Option<PathBuf>,
     pub(super) defaults: Option<RawSettings>,
     pub(super) pools: Vec<RawPool>,
 }
