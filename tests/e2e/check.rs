@@ -186,3 +186,54 @@ fn an_oversized_file_is_refused_without_reading_it_whole() {
     let out = check(&path);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// `state_file` is printed by `check`, and refused where `run` could not
+/// write it (as `log.file` is) or when it names a directory.
+#[test]
+fn a_state_file_is_printed_and_refused_where_it_could_not_be_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, state_file: &str| {
+        let path = dir.path().join(name);
+        let yaml = format!(
+            "state_file: \"{state_file}\"\npools:\n  - name: p\n    listen: 127.0.0.1:9333\n    \
+             backends: [127.0.0.1:19335]\n"
+        );
+        std::fs::write(&path, yaml).expect("write config");
+        path
+    };
+    let later = dir.path().join("lib/pin-proxy/state.json");
+    let out = check(&write("good.yaml", &later.display().to_string()));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains(&format!("state_file: {}", later.display())),
+        "{stdout}"
+    );
+    assert!(!dir.path().join("lib").exists(), "check creates nothing");
+
+    let out = check(&write("bad.yaml", "/proc/pin-proxy/state.json"));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("state_file: cannot create the state directory /proc/pin-proxy"),
+        "{stderr}"
+    );
+    let out = check(&write("dir.yaml", &dir.path().display().to_string()));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is a directory"), "{stderr}");
+
+    // Without the key: said so.
+    let none = dir.path().join("plain.yaml");
+    std::fs::write(
+        &none,
+        "pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    backends: [127.0.0.1:19335]\n",
+    )
+    .expect("write config");
+    let out = check(&none);
+    assert!(
+        text(&out.stdout).contains("state_file: none"),
+        "{}",
+        text(&out.stdout)
+    );
+}

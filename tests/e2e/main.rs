@@ -21,3 +21,4 @@ mod reload;
 mod secrets;
 mod self_loop;
 mod splice;
+mod state;
