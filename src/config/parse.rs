@@ -72,18 +72,31 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
 
 /// The rules that need the host rather than the text alone: a backend that
 /// is one of the instance's own listeners (names resolved now), and a
-/// `log.file` and `state_file` that can be written.
+/// `log.file` that can be written.
 pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
     let log = |f: &Path| writable::check(f, "log.file", "log");
-    let state = |f: &Path| writable::check(f, "state_file", "state");
     config
         .log
         .file
         .as_deref()
         .map_or(Ok(()), log)
-        .and_then(|()| config.state_file.as_deref().map_or(Ok(()), state))
         .and_then(|()| own::check_host(config, text))
         .map_err(|inv| ConfigError::from_invalid(file, text, inv))
+}
+
+/// Why `state_file` could not be written here, if it could not: a warning,
+/// not an error, since a state file never stops the start (the proxy runs
+/// and keeps no state until it can write there).
+pub(super) fn state_file_warning(config: &Config) -> Option<String> {
+    let file = config.state_file.as_deref()?;
+    let problem = if file.is_dir() {
+        format!("{} is a directory; name a file in it", file.display())
+    } else {
+        writable::check(file, "state_file", "state").err()?.message
+    };
+    Some(format!(
+        "state_file: {problem}; quarantine windows and strikes will not survive a restart"
+    ))
 }
 
 fn build(raw: RawFile) -> Result<Config, Invalid> {
@@ -120,11 +133,11 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         if f.as_os_str().is_empty() {
             return invalid("state_file", "must not be empty; leave it out to keep no state");
         }
-        // The atomic save renames a new file over it: it cannot be a directory.
-        if f.file_name().is_none() || f.is_dir() {
+        // The atomic save renames a new file over it: it names a file.
+        if f.file_name().is_none() {
             return invalid(
                 "state_file",
-                format!("{} is a directory; name a file in it", f.display()),
+                format!("{} names no file; name a file in a directory", f.display()),
             );
         }
     }

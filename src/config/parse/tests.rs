@@ -386,6 +386,6 @@ fn state_file_is_a_path_to_a_file() {
         Some(Path::new("/var/lib/pin-proxy/state.json"))
     );
     rejects(&format!("state_file: \"\"\n{POOL}"), "state_file", "must not be empty");
-    rejects(&format!("state_file: /\n{POOL}"), "state_file", "is a directory");
+    rejects(&format!("state_file: /\n{POOL}"), "state_file", "names no file");
     rejects(&format!("state_file: [a]\n{POOL}"), "state_file", "");
 }

@@ -1,7 +1,7 @@
-//! Files the proxy writes (`log.file`, `state_file`) must be creatable by
+//! Files the proxy writes (`log.file`, `state_file`) should be creatable by
 //! the user that runs `check` (the service user, as the README says to run
-//! it): `run` would refuse to start without its log, and would keep no
-//! state across restarts without its state file.
+//! it): `run` refuses to start without its log (an error), and keeps no
+//! state across restarts without its state file (a warning).
 
 use std::fs::OpenOptions;
 use std::path::Path;
