@@ -183,3 +183,41 @@ async fn the_file_follows_the_pools_a_reload_adds() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_that_cannot_be_written_is_warned_about_once_and_stops_nothing() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    // A plain file where its directory should be: every write fails.
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let state = blocker.join("state.json");
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], "");
+    let proxy = Proxy::start(&yaml).await;
+    let admin = admin_addr(&proxy);
+    let answer = request(admin, "POST", "/pools/p/backends/a/quarantine?for=10m").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let failed = proxy
+        .wait_event(|e| e["message"] == "state_write_failed", T)
+        .await;
+    assert_eq!(failed["level"], "WARN", "{failed}");
+    assert_eq!(failed["path"], state.display().to_string());
+    assert!(failed["err"].as_str().unwrap().contains("not-a-dir"), "{failed}");
+    // Still serving.
+    let _client = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let connected = proxy
+        .wait_event(|e| e["message"] == "connected", T)
+        .await;
+    assert_eq!(connected["backend"], "b");
+    let mut proxy = proxy;
+    proxy.signal("TERM");
+    let status = proxy.wait_exit(T).await.expect("did not exit");
+    assert!(status.success(), "exit status {status}");
+    let log = proxy.all_events(T).await;
+    let failed: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["message"] == "state_write_failed")
+        .collect();
+    // The shutdown write failed too: the same episode, not logged again.
+    assert_eq!(failed.len(), 1, "{failed:?}");
+}
