@@ -131,7 +131,10 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
     let state_file = raw.state_file;
     if let Some(f) = &state_file {
         if f.as_os_str().is_empty() {
-            return invalid("state_file", "must not be empty; leave it out to keep no state");
+            return invalid(
+                "state_file",
+                "must not be empty; leave it out to keep no state",
+            );
         }
         // The atomic save renames a new file over it: it names a file.
         if f.file_name().is_none() {

@@ -217,7 +217,11 @@ fn install_script_stages_into_destdir() {
     assert_eq!(mode(&unit), 0o644);
     assert_eq!(mode(&conf), 0o640, "the config may hold probe_url secrets");
     assert_eq!(mode(&root.join("etc/pin-proxy")), 0o750);
-    assert_eq!(mode(&root.join("var/lib/pin-proxy")), 0o750, "state_file's directory");
+    assert_eq!(
+        mode(&root.join("var/lib/pin-proxy")),
+        0o750,
+        "state_file's directory"
+    );
     assert_eq!(
         fs::read(&bin).expect("read staged binary"),
         fs::read(BIN).expect("read built binary")

@@ -57,13 +57,19 @@ async fn a_manual_window_survives_a_cold_restart() {
     let first = proxy
         .wait_event(|e| e["message"] == "state_ignored", T)
         .await;
-    assert_eq!((&first["level"], &first["reason"]), (&"INFO".into(), &"missing".into()));
+    assert_eq!(
+        (&first["level"], &first["reason"]),
+        (&"INFO".into(), &"missing".into())
+    );
     let admin = admin_addr(&proxy);
     let answer = request(admin, "POST", "/pools/p/backends/a/quarantine?for=10m").await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     let before = until(backend(&status(admin).await, "p", "a"));
     // Written on the change, not only at shutdown.
-    wait_until("the window in the state file", T, || file_has(&state, "\"manual\"")).await;
+    wait_until("the window in the state file", T, || {
+        file_has(&state, "\"manual\"")
+    })
+    .await;
     stop(proxy).await;
 
     let proxy = Proxy::start(&yaml).await;
@@ -85,7 +91,10 @@ async fn a_manual_window_survives_a_cold_restart() {
     );
     let s = status(admin_addr(&proxy)).await;
     let a = backend(&s, "p", "a");
-    assert_eq!((&a["state"], &a["quarantine"]["reason"]), (&"quarantined".into(), &"manual".into()));
+    assert_eq!(
+        (&a["state"], &a["quarantine"]["reason"]),
+        (&"quarantined".into(), &"manual".into())
+    );
     let after = until(a);
     let gap = after
         .duration_since(before)
@@ -122,7 +131,11 @@ async fn a_flapping_node_keeps_its_strikes_and_gets_the_doubled_window() {
     let first = proxy
         .wait_event(|e| e["message"] == "quarantined" && e["backend"] == "a", T)
         .await;
-    assert_eq!((&first["strikes"], &first["window_ms"]), (&3.into(), &4000.into()), "{first}");
+    assert_eq!(
+        (&first["strikes"], &first["window_ms"]),
+        (&3.into(), &4000.into()),
+        "{first}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +153,10 @@ async fn a_corrupt_state_file_is_logged_and_ignored() {
     assert_eq!(ignored["level"], "WARN", "{ignored}");
     assert_eq!(ignored["path"], state.display().to_string());
     assert_eq!(ignored["reason"], "corrupt");
-    assert!(ignored["err"].as_str().unwrap().starts_with("corrupt:"), "{ignored}");
+    assert!(
+        ignored["err"].as_str().unwrap().starts_with("corrupt:"),
+        "{ignored}"
+    );
     let s = status(admin_addr(&proxy)).await;
     for name in ["a", "b"] {
         let b = backend(&s, "p", name);
@@ -167,7 +183,12 @@ async fn the_file_follows_the_pools_a_reload_adds() {
     );
     let outcome = proxy.reload(&more).await;
     assert_eq!(outcome["message"], "reloaded", "{outcome}");
-    let answer = request(admin_addr(&proxy), "POST", "/pools/q/backends/qb/quarantine?for=10m").await;
+    let answer = request(
+        admin_addr(&proxy),
+        "POST",
+        "/pools/q/backends/qb/quarantine?for=10m",
+    )
+    .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     wait_until("pool q in the state file", T, || {
         std::fs::read_to_string(&state)
@@ -202,12 +223,13 @@ async fn a_state_file_that_cannot_be_written_is_warned_about_once_and_stops_noth
         .await;
     assert_eq!(failed["level"], "WARN", "{failed}");
     assert_eq!(failed["path"], state.display().to_string());
-    assert!(failed["err"].as_str().unwrap().contains("not-a-dir"), "{failed}");
+    assert!(
+        failed["err"].as_str().unwrap().contains("not-a-dir"),
+        "{failed}"
+    );
     // Still serving.
     let _client = TcpStream::connect(proxy.addr("p")).await.unwrap();
-    let connected = proxy
-        .wait_event(|e| e["message"] == "connected", T)
-        .await;
+    let connected = proxy.wait_event(|e| e["message"] == "connected", T).await;
     assert_eq!(connected["backend"], "b");
     let mut proxy = proxy;
     proxy.signal("TERM");

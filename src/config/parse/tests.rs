@@ -380,12 +380,22 @@ fn errors_name_file_path_and_position() {
 
 #[test]
 fn state_file_is_a_path_to_a_file() {
-    let c = ok(&format!("state_file: /var/lib/pin-proxy/state.json\n{POOL}"));
+    let c = ok(&format!(
+        "state_file: /var/lib/pin-proxy/state.json\n{POOL}"
+    ));
     assert_eq!(
         c.state_file.as_deref(),
         Some(Path::new("/var/lib/pin-proxy/state.json"))
     );
-    rejects(&format!("state_file: \"\"\n{POOL}"), "state_file", "must not be empty");
-    rejects(&format!("state_file: /\n{POOL}"), "state_file", "names no file");
+    rejects(
+        &format!("state_file: \"\"\n{POOL}"),
+        "state_file",
+        "must not be empty",
+    );
+    rejects(
+        &format!("state_file: /\n{POOL}"),
+        "state_file",
+        "names no file",
+    );
     rejects(&format!("state_file: [a]\n{POOL}"), "state_file", "");
 }
