@@ -50,6 +50,33 @@ pub struct SavedBackend {
     pub last_probe: Option<ProbeRecord>,
 }
 
+impl SavedBackend {
+    /// A record of the backend `name` at `addr` with only a window and
+    /// strikes (what a state file keeps); everything else as a backend
+    /// that was never probed has it.
+    pub fn new(
+        name: String,
+        addr: String,
+        quarantine: Option<QuarantineSnapshot>,
+        strikes: u32,
+    ) -> SavedBackend {
+        SavedBackend {
+            name,
+            addr,
+            base: State::Unknown,
+            quarantine,
+            strikes,
+            connect_failures: 0,
+            closes_at_once: 0,
+            bad_probes: 0,
+            good_probes: 0,
+            height: None,
+            proven: false,
+            last_probe: None,
+        }
+    }
+}
+
 /// A counter bumped whenever a backend's quarantine, strikes or state
 /// changes in any pool that shares it; a writer subscribes and wakes on
 /// each bump instead of polling.

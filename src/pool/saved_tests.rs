@@ -107,22 +107,15 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
     let pool = pool();
     let a = id(&pool, "a");
     let epoch = pool.epoch_of(a).unwrap();
+    let window = QuarantineSnapshot {
+        until: SystemTime::now() + Duration::from_secs(300),
+        reason: QuarantineReason::Manual,
+    };
     let record = SavedBackend {
-        name: "a".into(),
-        addr: "127.0.0.1:9".into(),
         base: State::Healthy,
-        quarantine: Some(QuarantineSnapshot {
-            until: SystemTime::now() + Duration::from_secs(300),
-            reason: QuarantineReason::Manual,
-        }),
-        strikes: 0,
-        connect_failures: 0,
-        closes_at_once: 0,
-        bad_probes: 0,
-        good_probes: 0,
         height: Some(7),
         proven: true,
-        last_probe: None,
+        ..SavedBackend::new("a".into(), "127.0.0.1:9".into(), Some(window), 0)
     };
     assert_eq!(pool.restore_health(&[record], SystemTime::now()), 1);
     for conn in 0..3 {
@@ -146,23 +139,11 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
 fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
     let pool = pool();
     let wall = SystemTime::now();
-    let mut record = SavedBackend {
-        name: "b".into(),
-        addr: "127.0.0.1:10".into(),
-        base: State::Unknown,
-        quarantine: Some(QuarantineSnapshot {
-            until: wall - Duration::from_secs(1),
-            reason: QuarantineReason::Down,
-        }),
-        strikes: 3,
-        connect_failures: 0,
-        closes_at_once: 0,
-        bad_probes: 0,
-        good_probes: 0,
-        height: None,
-        proven: false,
-        last_probe: None,
+    let ended = QuarantineSnapshot {
+        until: wall - Duration::from_secs(1),
+        reason: QuarantineReason::Down,
     };
+    let mut record = SavedBackend::new("b".into(), "127.0.0.1:10".into(), Some(ended), 3);
     assert_eq!(pool.restore_health(&[record.clone()], wall), 1);
     let b = &pool.snapshot().backends[1];
     assert_eq!((b.state, b.quarantine, b.strikes), (State::Unknown, None, 3));

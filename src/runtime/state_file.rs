@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::read_bounded;
 use crate::ops::control::Control;
-use crate::pool::health::{QuarantineReason, State};
+use crate::pool::health::QuarantineReason;
 use crate::pool::registry::Pool;
 use crate::pool::saved::{HealthChanges, SavedBackend};
 use crate::pool::snapshot::QuarantineSnapshot;
@@ -187,20 +187,7 @@ fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
                 }),
                 None => None,
             };
-            backends.push(SavedBackend {
-                name: b.name,
-                addr: b.addr,
-                base: State::Unknown,
-                quarantine,
-                strikes: b.strikes,
-                connect_failures: 0,
-                closes_at_once: 0,
-                bad_probes: 0,
-                good_probes: 0,
-                height: None,
-                proven: false,
-                last_probe: None,
-            });
+            backends.push(SavedBackend::new(b.name, b.addr, quarantine, b.strikes));
         }
         pools.push((pool.name, backends));
     }
