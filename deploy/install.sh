@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install pin-proxy as a systemd service: build, install the binary, the unit
-# and (only when none exists) /etc/pin-proxy/config.yaml, validate the config,
-# then enable the service, and start it unless the config was just installed.
+# Install pin-proxy as a systemd service: build, install the binary, the unit,
+# the state directory /var/lib/pin-proxy and (only when none exists)
+# /etc/pin-proxy/config.yaml, validate the config, then enable the service,
+# and start it unless the config was just installed.
 #
 # Idempotent: re-running upgrades the binary and the unit, keeps an existing
 # config, and restarts the service only when the binary or the unit changed
@@ -128,6 +129,14 @@ else
     fresh_config=1
     say "installed: $conf (from ${config#"$repo"/}; edit the backends)"
 fi
+
+# state_file (/var/lib/pin-proxy/state.json in the example configs): the
+# unit's StateDirectory= makes this directory at every start; made here too,
+# owned by the service user, so the check below (as that user) can see it is
+# writable before the first start.
+state=$destdir/var/lib/pin-proxy
+install -d -m 0750 "$state"
+[ -n "$destdir" ] || chown "$user:$user" "$state"
 
 # --- Validate -------------------------------------------------------------
 # As the service user when installing for real, so a file it cannot read

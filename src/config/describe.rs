@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use humantime::format_duration;
 
-use super::parse::default_probe_url;
+use super::parse::{default_probe_url, state_file_warning};
 use super::{Config, IpNet, LogFormat, PoolConfig, ProbeKind};
 
 /// A readable, multi-line summary of the effective configuration.
@@ -49,6 +49,10 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
         "upgrade: timeout {}",
         format_duration(config.upgrade_timeout)
     )?;
+    match &config.state_file {
+        Some(f) => writeln!(out, "state_file: {}", f.display())?,
+        None => writeln!(out, "state_file: none (nothing kept across restarts)")?,
+    }
     for pool in &config.pools {
         writeln!(out)?;
         write_pool(out, pool)?;
@@ -153,7 +157,9 @@ fn hex(bytes: [u8; 4]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Things `check` should point out although the file is valid.
+/// Things `check` should point out although the file is valid (a
+/// `state_file` the proxy could not write here is one: it would run, but
+/// keep nothing).
 pub fn warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(admin) = &config.admin
@@ -164,5 +170,6 @@ pub fn warnings(config: &Config) -> Vec<String> {
             admin.listen
         ));
     }
+    out.extend(state_file_warning(config));
     out
 }

@@ -29,6 +29,9 @@ pub struct Config {
     pub log: LogConfig,
     /// How long a live upgrade waits for the new process to report ready.
     pub upgrade_timeout: Duration,
+    /// Where quarantine windows and strikes are kept across restarts;
+    /// none kept when `None`.
+    pub state_file: Option<PathBuf>,
     /// The pools, in file order.
     pub pools: Vec<PoolConfig>,
 }
@@ -240,18 +243,26 @@ impl fmt::Debug for SecretUrl {
 /// stray huge file from costing hundreds of MiB to parse.
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
+/// The bytes of the file at `path`, or `None` when it holds more than
+/// `max`: a stray huge file is refused after reading `max + 1` bytes, not
+/// all of it.
+///
+/// # Errors
+/// Opening or reading the file.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
+}
+
 /// The file's text, refusing one over [`MAX_FILE_BYTES`] without reading
 /// more than that.
 fn read_capped(path: &Path) -> Result<String, ConfigError> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| ConfigError::io(path, &e))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ConfigError::io(path, &e))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(ConfigError::too_large(path, MAX_FILE_BYTES));
-    }
+    let bytes = read_bounded(path, MAX_FILE_BYTES)
+        .map_err(|e| ConfigError::io(path, &e))?
+        .ok_or_else(|| ConfigError::too_large(path, MAX_FILE_BYTES))?;
     String::from_utf8(bytes).map_err(|e| {
         let err = std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error());
         ConfigError::io(path, &err)
@@ -262,7 +273,7 @@ impl Config {
     /// Read and validate a config file, including the rules that need the
     /// host: no backend may be one of the instance's own listen addresses
     /// (backend names on a listen port are resolved for that), and
-    /// `log.file` must be writable.
+    /// `log.file` and `state_file` must be writable.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the file, the YAML path and, where known, the

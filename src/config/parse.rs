@@ -6,12 +6,12 @@
 mod compat;
 mod error;
 mod locate;
-mod logdir;
 mod own;
 mod raw;
 #[cfg(test)]
 mod tests;
 mod values;
+mod writable;
 mod zone;
 
 use std::collections::HashMap;
@@ -77,9 +77,29 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
 /// is one of the instance's own listeners (names resolved now), and a
 /// `log.file` that can be written.
 pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
-    let log = config.log.file.as_deref().map_or(Ok(()), logdir::check);
-    log.and_then(|()| own::check_host(config, text))
+    let log = |f: &Path| writable::check(f, "log.file", "log");
+    config
+        .log
+        .file
+        .as_deref()
+        .map_or(Ok(()), log)
+        .and_then(|()| own::check_host(config, text))
         .map_err(|inv| ConfigError::from_invalid(file, text, inv))
+}
+
+/// Why `state_file` could not be written here, if it could not: a warning,
+/// not an error, since a state file never stops the start (the proxy runs
+/// and keeps no state until it can write there).
+pub(super) fn state_file_warning(config: &Config) -> Option<String> {
+    let file = config.state_file.as_deref()?;
+    let problem = if file.is_dir() {
+        format!("{} is a directory; name a file in it", file.display())
+    } else {
+        writable::check(file, "state_file", "state").err()?.message
+    };
+    Some(format!(
+        "state_file: {problem}; quarantine windows and strikes will not survive a restart"
+    ))
 }
 
 fn build(raw: RawFile) -> Result<Config, Invalid> {
@@ -111,6 +131,23 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         format,
         file: log.file,
     };
+
+    let state_file = raw.state_file;
+    if let Some(f) = &state_file {
+        if f.as_os_str().is_empty() {
+            return invalid(
+                "state_file",
+                "must not be empty; leave it out to keep no state",
+            );
+        }
+        // The atomic save renames a new file over it: it names a file.
+        if f.file_name().is_none() {
+            return invalid(
+                "state_file",
+                format!("{} names no file; name a file in a directory", f.display()),
+            );
+        }
+    }
 
     let admin = raw.admin.and_then(|a| {
         let allow = a
@@ -160,6 +197,7 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         admin,
         log,
         upgrade_timeout: upgrade_timeout.map_or(UPGRADE_TIMEOUT, |d| d.0),
+        state_file,
         pools,
     })
 }

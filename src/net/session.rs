@@ -63,44 +63,46 @@ pub fn serve(
 }
 
 /// Go on with a connection frozen by a live upgrade (in this process or
-/// the one before it), where its splice stood. A connection whose backend
-/// is gone from the pool is closed, as a reload closes it.
+/// the one before it), where its splice stood. It is registered on its
+/// backend at once (so drains and `/status` see it before it runs); the
+/// future splices it on. `None`, after its `closed` event, when its
+/// backend is gone from the pool: it is closed, as a reload closes it.
 pub fn resume(
     pool: Arc<Pool>,
     frozen: Frozen,
     slot: OwnedSemaphorePermit,
     freezer: Freezer,
-) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        let Frozen {
-            conn,
-            backend: name,
-            addr,
-            peer,
-            started: wall,
-            client,
-            backend_socket,
-            splice: state,
-            ..
-        } = frozen;
-        let age = SystemTime::now().duration_since(wall).unwrap_or_default();
-        let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-        let closer = Arc::new(Closer::carried(state.up.moved, state.down.moved));
-        let entry = ConnEntry {
-            client: peer,
-            started: wall,
-            closer: closer.clone(),
-        };
-        let admission = (pool.admit_carried(), slot);
-        let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
-            info!(
-                pool = %pool.name, backend = %name, conn, client = %peer,
-                bytes_up = state.up.moved, bytes_down = state.down.moved,
-                duration_ms = started.elapsed().as_millis() as u64,
-                reason = CloseReason::BackendRemoved.as_str(), "closed"
-            );
-            return;
-        };
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let Frozen {
+        conn,
+        backend: name,
+        addr,
+        peer,
+        started: wall,
+        client,
+        backend_socket,
+        splice: state,
+        ..
+    } = frozen;
+    let age = SystemTime::now().duration_since(wall).unwrap_or_default();
+    let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+    let closer = Arc::new(Closer::carried(state.up.moved, state.down.moved));
+    let entry = ConnEntry {
+        client: peer,
+        started: wall,
+        closer: closer.clone(),
+    };
+    let admission = (pool.admit_carried(), slot);
+    let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
+        info!(
+            pool = %pool.name, backend = %name, conn, client = %peer,
+            bytes_up = state.up.moved, bytes_down = state.down.moved,
+            duration_ms = started.elapsed().as_millis() as u64,
+            reason = CloseReason::BackendRemoved.as_str(), "closed"
+        );
+        return None;
+    };
+    Some(async move {
         // Registered with this worker's own event loop.
         let (client, backend) = match (
             TcpStream::from_std(client),
@@ -125,7 +127,7 @@ pub fn resume(
             started,
         };
         ends.finish(out, frozen, (client, backend), &freezer, (lease, admission));
-    }
+    })
 }
 
 /// What the end of a splice needs to know about its connection.

@@ -2,7 +2,8 @@
 //! traffic, probe reports, manual quarantine and release. Each applies the
 //! pure rules of [`crate::pool::health`] under the pool lock, logs what changed and
 //! re-runs the drain check ([`crate::pool::drain`]) whenever a backend's
-//! usability changed.
+//! usability changed; a change to what is saved (quarantine, strikes,
+//! state) is told to the writer.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -14,6 +15,7 @@ use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State}
 use crate::pool::lag::{self, Claim, Judgement};
 use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::registry::{Backend, BackendId, Pool, ProbeRecord};
+use crate::pool::saved::kept;
 
 /// A manual command named a backend the pool does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,7 +66,9 @@ impl Pool {
             let mut backends = self.backends();
             if let Some(b) = Pool::find(&mut backends, backend) {
                 b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
+                let before = kept(&b.health);
                 b.health.connect_succeeded();
+                self.note(before, &b.health);
             }
             return;
         }
@@ -133,7 +137,9 @@ impl Pool {
         b.stats
             .connect_failures_total
             .fetch_add(1, Ordering::Relaxed);
+        let before = kept(&b.health);
         let effect = apply(self, b, &Policy::of(&config));
+        self.note(before, &b.health);
         if self.report(b, effect) {
             self.drain(&mut backends, &config);
         }
@@ -202,7 +208,9 @@ impl Pool {
             detail,
         });
         let was_usable = b.health.is_usable();
+        let before = kept(&b.health);
         let effect = b.health.probe(outcome, now, &Policy::of(&config));
+        self.note(before, &b.health);
         let changed = self.report(b, effect) || was_usable != b.health.is_usable();
         if changed {
             self.drain(&mut backends, &config);
@@ -217,7 +225,9 @@ impl Pool {
         let config = self.config();
         let mut backends = self.backends();
         let b = self.by_name(&mut backends, name)?;
+        let before = kept(&b.health);
         b.health.quarantine_manual(window, Instant::now());
+        self.note(before, &b.health);
         self.report(
             b,
             Effect::Quarantined {
@@ -237,7 +247,9 @@ impl Pool {
     pub fn release(&self, name: &str) -> Result<bool, UnknownBackend> {
         let mut backends = self.backends();
         let b = self.by_name(&mut backends, name)?;
+        let before = kept(&b.health);
         let ended = b.health.release(Instant::now());
+        self.note(before, &b.health);
         if ended {
             info!(pool = %self.name, backend = %b.config.name, "release_requested");
         }

@@ -1,13 +1,17 @@
 //! What a pool hands the new process of a live upgrade besides its
-//! connections: each backend's cumulative counters, so `/status` and
-//! `/metrics` go on from where they stood instead of from zero.
+//! connections: each backend's health record (states, windows, strikes,
+//! heights, last probe) and its cumulative counters, so the new process
+//! judges as the old one did and `/status` and `/metrics` go on from where
+//! they stood instead of from zero.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
+use crate::pool::saved::SavedBackend;
 use crate::pool::snapshot::Counters;
 
 /// One pool's carried state.
@@ -17,8 +21,10 @@ pub struct CarriedPool {
     pub name: String,
     /// Connections moved by the rebalancer.
     pub rebalance_moves: u64,
-    /// Its backends.
+    /// Its backends' counters.
     pub backends: Vec<CarriedBackend>,
+    /// Its backends' health records.
+    pub health: Vec<SavedBackend>,
 }
 
 /// One backend's carried state.
@@ -48,13 +54,15 @@ impl Pool {
                     counters: b.counters,
                 })
                 .collect(),
+            health: self.save_health(),
         }
     }
 
-    /// Add the counters carried from the old process to the backends that
-    /// are still configured (same name and address); returns how many
-    /// matched. Run once, before any traffic.
+    /// Take the health records and counters carried from the old process
+    /// onto the backends that are still configured (same name and
+    /// address); returns how many matched. Run once, before any traffic.
     pub fn take_carried(&self, carried: &CarriedPool) -> usize {
+        self.restore_carried_health(&carried.health, SystemTime::now());
         self.rebalance_moves
             .fetch_add(carried.rebalance_moves, Ordering::Relaxed);
         let backends = self.backends();

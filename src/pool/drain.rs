@@ -140,6 +140,14 @@ impl Pool {
         self.settle(m, config, now);
     }
 
+    /// Run the drain check now: after a live upgrade adopted connections
+    /// onto backends that are out, they drain here as they did before.
+    pub fn recheck_drains(&self) {
+        let config = self.config();
+        let mut m = self.backends();
+        self.drain(&mut m, &config);
+    }
+
     /// Close what is due, announce the drains that go on, wake the drain
     /// task to wait for their next deadline. Under the pool lock.
     pub(in crate::pool) fn settle(&self, m: &mut Members, config: &PoolConfig, now: Instant) {

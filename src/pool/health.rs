@@ -268,6 +268,21 @@ impl BackendHealth {
         self.quarantine.map_or(self.base, |q| q.reason.state())
     }
 
+    /// The state while not taken out: `Unknown` or `Healthy`.
+    pub fn base(&self) -> State {
+        self.base
+    }
+
+    /// Set the state while not taken out, as a saved record had it; a
+    /// state other than `Healthy` reads as `Unknown` (the others are
+    /// quarantines, carried by [`BackendHealth::quarantine`]).
+    pub fn set_base(&mut self, base: State) {
+        self.base = match base {
+            State::Healthy => State::Healthy,
+            _ => State::Unknown,
+        };
+    }
+
     /// Takes new clients.
     pub fn is_usable(&self) -> bool {
         self.state().is_usable()

@@ -8,6 +8,8 @@
 //! The backends' state is visible only inside this folder: mutations go
 //! through `Pool` methods (`registry`, `apply`, `rebalance`); readers take
 //! a [`snapshot`](snapshot::PoolSnapshot) (`/status` is built from one).
+//! The health records leave and return as plain data through [`saved`]
+//! (the state file, a live upgrade).
 
 pub mod apply;
 pub mod carry;
@@ -20,6 +22,7 @@ pub mod own;
 pub mod rebalance;
 pub mod registry;
 pub mod report;
+pub mod saved;
 pub mod select;
 pub mod snapshot;
 pub mod status;

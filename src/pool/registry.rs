@@ -33,6 +33,7 @@ use crate::config::{BackendConfig, PoolConfig};
 use crate::pool::drain::DrainRun;
 use crate::pool::members::Members;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
+use crate::pool::saved::HealthChanges;
 use crate::pool::select::{self, Candidate};
 use crate::pool::own::OwnListeners;
 
@@ -163,6 +164,9 @@ pub struct Pool {
     handing_over: AtomicBool,
     /// Wakes the drain task: a drain started, resumed or has new work.
     pub(in crate::pool) drain_wake: Notify,
+    /// Bumped when a backend's quarantine, strikes or state changes (or
+    /// membership does): what the state file writer waits on.
+    pub(in crate::pool) changes: Arc<HealthChanges>,
 }
 
 impl Pool {
@@ -190,7 +194,19 @@ impl Pool {
             own: Arc::default(),
             handing_over: AtomicBool::new(false),
             drain_wake: Notify::new(),
+            changes: Arc::default(),
         }
+    }
+
+    /// The pool, telling `changes` (shared by every pool of the process)
+    /// when a backend's saved health changes.
+    pub fn with_changes(self, changes: Arc<HealthChanges>) -> Pool {
+        Pool { changes, ..self }
+    }
+
+    /// What this pool tells when a backend's saved health changes.
+    pub fn changes(&self) -> &Arc<HealthChanges> {
+        &self.changes
     }
 
     /// The pool, sharing the process's listener set `own`.
@@ -265,6 +281,8 @@ impl Pool {
         }
         self.config.store(Arc::new(config));
         self.settle(&mut m, &self.config(), now);
+        // Backends may have come or gone: the saved set changes with them.
+        self.changes.bump();
     }
 
     /// A client's backend leg to `backend` is up: mark it spliced (from

@@ -236,7 +236,7 @@ impl BackendSnapshot {
 }
 
 /// The wall-clock time of monotonic instant `at`, given both clocks' `now`.
-fn wall_time(at: Instant, now: Instant, wall: SystemTime) -> SystemTime {
+pub(in crate::pool) fn wall_time(at: Instant, now: Instant, wall: SystemTime) -> SystemTime {
     if at >= now {
         wall + (at - now)
     } else {

@@ -1,7 +1,7 @@
 //! Runtime: the process. Binds every pool's listeners, starts the tasks
 //! (accept loops, probes, rebalance ticks, the admin endpoint), reloads by
 //! plan, shuts down gracefully; logging, the open-file limit and systemd
-//! notifications.
+//! notifications; the state file that keeps health across restarts.
 //!
 //! Layer: on everything below it (config, pool, data path, probes,
 //! operations); nothing below uses it.
@@ -14,3 +14,4 @@ pub mod notify;
 pub mod rebalance;
 pub mod reload;
 pub mod server;
+pub mod state_file;

@@ -16,8 +16,8 @@ pub struct ReloadPlan<'a> {
     pub stop: Vec<&'a str>,
     /// Pools both configs have and that change, in the new config's order.
     pub keep: Vec<PoolPlan<'a>>,
-    /// Keys whose change waits for the next restart (the admin endpoint and
-    /// logging are set up once, at start-up).
+    /// Keys whose change waits for the next restart (the admin endpoint,
+    /// logging and the state file are set up once, at start-up).
     pub restart_only: Vec<&'static str>,
 }
 
@@ -132,7 +132,8 @@ fn settings(pool: &PoolConfig) -> PoolConfig {
     }
 }
 
-/// The keys of `admin` and `log` that differ: they apply at the next restart.
+/// The keys of `admin`, `log` and `state_file` that differ: they apply at
+/// the next restart.
 fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     let (oa, na) = (old.admin.as_ref(), new.admin.as_ref());
     let (ol, nl) = (&old.log, &new.log);
@@ -142,6 +143,7 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         ("log.level", ol.level != nl.level),
         ("log.format", ol.format != nl.format),
         ("log.file", ol.file != nl.file),
+        ("state_file", old.state_file != new.state_file),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))

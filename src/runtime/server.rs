@@ -1,6 +1,8 @@
 //! The running instance: binds, starts every pool's tasks (accept loops,
-//! probes, rebalance and drain clocks), serves until shutdown, and applies
-//! reloads (the only place pools are added, changed or removed).
+//! probes, rebalance and drain clocks), serves until shutdown, applies
+//! reloads (the only place pools are added, changed or removed) and live
+//! upgrades. With a `state_file`, health is restored from it before any
+//! client is accepted and saved to it on every change.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,6 +28,8 @@ use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::pool::own::OwnListeners;
 use crate::net::freeze::Freezer;
+use crate::pool::saved::HealthChanges;
+use crate::runtime::state_file;
 use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::runtime::limits;
@@ -69,6 +73,8 @@ pub struct Server {
     admin_kept: Option<(SocketAddr, std::net::TcpListener)>,
     /// Every bound pool listener, which backend legs never dial.
     own: Arc<OwnListeners>,
+    /// Told by every pool when a backend's saved health changes.
+    changes: Arc<HealthChanges>,
     /// Last: dropped (stopped) after everything that runs on them.
     workers: Workers,
 }
@@ -103,18 +109,27 @@ impl Server {
         let root = CancellationToken::new();
         let workers = Workers::per_core().context("start the data workers")?;
         let own = OwnListeners::new();
+        let changes = Arc::new(HealthChanges::default());
         let pools = config
             .pools
             .iter()
             .map(|pc| {
                 let listens = bind_all(pc, &pc.listen, workers.count(), &mut inherited)?;
-                let pool = Pool::new(pc.clone(), root.child_token()).with_own(own.clone());
+                let pool = Pool::new(pc.clone(), root.child_token())
+                    .with_own(own.clone())
+                    .with_changes(changes.clone());
                 let pool = Arc::new(pool);
                 let listens = adopt(&pool, listens);
                 Ok(PoolRun { pool, listens })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         own.set(bound_addrs(&pools));
+        if let Some(path) = &config.state_file {
+            // Bound, not yet accepting: no client reaches a backend whose
+            // saved window is still running.
+            let all: Vec<Arc<Pool>> = pools.iter().map(|p| p.pool.clone()).collect();
+            state_file::restore_at_start(path, &all);
+        }
         let (admin, admin_kept) = match &config.admin {
             Some(a) => {
                 let failed = |e| BindError::new("admin", a.listen, e);
@@ -161,6 +176,7 @@ impl Server {
             exec,
             admin_kept,
             own,
+            changes,
             workers,
         })
     }
@@ -202,6 +218,15 @@ impl Server {
             self.tracker.spawn(admin::serve(l, allow, control, token));
         }
         self.tracker.spawn(notify::watchdog(self.root.clone()));
+        if let Some(path) = self.config.state_file.clone() {
+            let writer = state_file::write_on_change(
+                path,
+                self.control.clone(),
+                &self.changes,
+                self.root.clone(),
+            );
+            self.tracker.spawn(writer);
+        }
         match heritage {
             Some(heritage) => self.take_connections(heritage).await,
             None => notify::ready(),
@@ -310,8 +335,9 @@ impl Server {
                     run
                 }
                 None => {
-                    let pool =
-                        Pool::new(pc.clone(), self.root.child_token()).with_own(self.own.clone());
+                    let pool = Pool::new(pc.clone(), self.root.child_token())
+                        .with_own(self.own.clone())
+                        .with_changes(self.changes.clone());
                     let pool = Arc::new(pool);
                     let listens = adopt(&pool, bound);
                     info!(pool = %pc.name, "pool_added");
@@ -335,8 +361,13 @@ impl Server {
             start_accepting(run, &self.shared, &self.workers);
         }
         self.control.set_pools(self.pools());
+        // Pools came or went: the state file follows the pools now.
+        self.changes.bump();
         if !plan.restart_only.is_empty() {
-            warn!("reload_partial: admin and log settings apply at the next restart");
+            warn!(
+                keys = ?plan.restart_only,
+                "reload_partial: admin, log and state_file settings apply at the next restart"
+            );
         }
         Ok(())
     }

@@ -186,3 +186,46 @@ fn an_oversized_file_is_refused_without_reading_it_whole() {
     let out = check(&path);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// `state_file` is printed by `check`; one `run` could not write (a place
+/// it cannot create, a directory) is warned about, not refused: a state
+/// file never stops the start.
+#[test]
+fn a_state_file_is_printed_and_warned_about_where_it_could_not_be_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, state_file: Option<&str>| {
+        let path = dir.path().join(name);
+        let key = state_file.map_or_else(String::new, |f| format!("state_file: \"{f}\"\n"));
+        let yaml = format!(
+            "{key}pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    backends: [127.0.0.1:19335]\n"
+        );
+        std::fs::write(&path, yaml).expect("write config");
+        path
+    };
+    let later = dir.path().join("lib/pin-proxy/state.json");
+    let out = check(&write("good.yaml", Some(&later.display().to_string())));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains(&format!("state_file: {}", later.display())),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("state_file"), "{stderr}");
+    assert!(!dir.path().join("lib").exists(), "check creates nothing");
+
+    let out = check(&write("bad.yaml", Some("/proc/pin-proxy/state.json")));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: state_file: cannot create the state directory /proc/pin-proxy"),
+        "{stderr}"
+    );
+    let out = check(&write("dir.yaml", Some(&dir.path().display().to_string())));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("is a directory"), "{stderr}");
+
+    let out = check(&write("none.yaml", None));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("state_file: none"), "{stdout}");
+}

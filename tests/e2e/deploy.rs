@@ -66,6 +66,12 @@ fn deploy_configs_pass_check() {
             "{}: no pool in the summary",
             file.display()
         );
+        // Where the unit's StateDirectory= (and the image's volume) is.
+        assert!(
+            text(&out.stdout).contains("state_file: /var/lib/pin-proxy/state.json"),
+            "{}: no state_file in /var/lib/pin-proxy",
+            file.display()
+        );
     }
 }
 
@@ -106,6 +112,9 @@ fn unit_keeps_required_directives() {
         ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
         ("SystemCallFilter", "@system-service"),
         ("SystemCallArchitectures", "native"),
+        // state_file's directory: writable under ProtectSystem=strict.
+        ("StateDirectory", "pin-proxy"),
+        ("StateDirectoryMode", "0750"),
     ];
     for (key, value) in required {
         assert!(has(key, value), "the unit lacks {key}={value}");
@@ -208,6 +217,11 @@ fn install_script_stages_into_destdir() {
     assert_eq!(mode(&unit), 0o644);
     assert_eq!(mode(&conf), 0o640, "the config may hold probe_url secrets");
     assert_eq!(mode(&root.join("etc/pin-proxy")), 0o750);
+    assert_eq!(
+        mode(&root.join("var/lib/pin-proxy")),
+        0o750,
+        "state_file's directory"
+    );
     assert_eq!(
         fs::read(&bin).expect("read staged binary"),
         fs::read(BIN).expect("read built binary")

@@ -22,4 +22,5 @@ mod secrets;
 mod self_loop;
 mod splice;
 mod spread;
+mod state;
 mod upgrade;

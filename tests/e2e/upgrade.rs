@@ -1,10 +1,11 @@
 //! Live upgrade through the real binary: every listener and connection
 //! handed to a new process, nothing lost, nothing closed, nobody refused.
-//! `failures` covers the upgrades that must change nothing, `notify` what
-//! systemd is told.
+//! `failures` covers the upgrades that must change nothing, `health` the
+//! state that goes over, `notify` what systemd is told.
 
 mod exact;
 mod failures;
+mod health;
 mod load;
 mod notify;
 

@@ -18,6 +18,8 @@ struct Events {
     more: Condvar,
     /// The number of lines read, for async waits.
     count: watch::Sender<usize>,
+    /// Set once the process's stdout closed: every line is in.
+    ended: watch::Sender<bool>,
 }
 
 impl Events {
@@ -26,6 +28,7 @@ impl Events {
             lines: Mutex::default(),
             more: Condvar::new(),
             count: watch::Sender::new(0),
+            ended: watch::Sender::new(false),
         }
     }
 
@@ -196,6 +199,7 @@ impl Proxy {
                 sink.more.notify_all();
                 sink.count.send_replace(n);
             }
+            sink.ended.send_replace(true);
         });
         Proxy {
             child,
@@ -277,6 +281,17 @@ impl Proxy {
         timeout: Duration,
     ) -> Vec<Value> {
         self.events.wait_blocking(0, pred, n, timeout)
+    }
+
+    /// Every event, once the process has closed its stdout (exited): no
+    /// line can come after these.
+    pub async fn all_events(&self, timeout: Duration) -> Vec<Value> {
+        let mut ended = self.events.ended.subscribe();
+        tokio::time::timeout(timeout, ended.wait_for(|e| *e))
+            .await
+            .unwrap_or_else(|_| self.events.timed_out("the end of the log"))
+            .expect("the reader keeps its sender");
+        self.events()
     }
 
     /// The process id of the first process (the one this started).

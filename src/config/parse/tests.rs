@@ -47,6 +47,7 @@ fn builtin_defaults() {
         ("info", LogFormat::Json)
     );
     assert_eq!(c.log.file, None);
+    assert_eq!(c.state_file, None);
     let p = &c.pools[0];
     let k = p.keepalive;
     assert_eq!(
@@ -409,4 +410,26 @@ fn errors_name_file_path_and_position() {
     // Found after deserializing, located by path.
     let e = err(&POOL.replace("[h:1]", "[h:1, h:1]"));
     assert_eq!(e.line_column(), Some((4, 21)), "{e}");
+}
+
+#[test]
+fn state_file_is_a_path_to_a_file() {
+    let c = ok(&format!(
+        "state_file: /var/lib/pin-proxy/state.json\n{POOL}"
+    ));
+    assert_eq!(
+        c.state_file.as_deref(),
+        Some(Path::new("/var/lib/pin-proxy/state.json"))
+    );
+    rejects(
+        &format!("state_file: \"\"\n{POOL}"),
+        "state_file",
+        "must not be empty",
+    );
+    rejects(
+        &format!("state_file: /\n{POOL}"),
+        "state_file",
+        "names no file",
+    );
+    rejects(&format!("state_file: [a]\n{POOL}"), "state_file", "");
 }

@@ -131,6 +131,9 @@ impl Server {
                         if sent.connections != adopted {
                             warn!(sent = sent.connections, adopted, "adopted_fewer");
                         }
+                        for run in &self.pools {
+                            run.pool.recheck_drains();
+                        }
                         notify::main_pid();
                         return heir.adopted(sent.connections).await;
                     }
@@ -170,7 +173,10 @@ impl Server {
                     }
                 }
             };
-            let task = session::resume(run.pool.clone(), f, slot, self.shared.freezer.clone());
+            let freezer = self.shared.freezer.clone();
+            let Some(task) = session::resume(run.pool.clone(), f, slot, freezer) else {
+                continue;
+            };
             let worker = self.workers.handle(resumed);
             worker.spawn(self.shared.tracker.track_future(task));
             resumed += 1;

@@ -1,16 +1,19 @@
-//! `log.file` must be writable by the user that runs `check` (the service
-//! user, as the README says to run it), or `run` would refuse to start.
+//! Files the proxy writes (`log.file`, `state_file`) should be creatable by
+//! the user that runs `check` (the service user, as the README says to run
+//! it): `run` refuses to start without its log (an error), and keeps no
+//! state across restarts without its state file (a warning).
 
 use std::fs::OpenOptions;
 use std::path::Path;
 
 use super::error::{Invalid, invalid};
 
-/// The directory of `file` exists and takes new files, or can be created
-/// under its nearest existing ancestor. Probes by creating and removing a
-/// uniquely named file there: permission bits alone do not tell (root,
-/// read-only mounts, ACLs). Creates no directory.
-pub(super) fn check(file: &Path) -> Result<(), Invalid> {
+/// The directory of `file` (the value of config key `key`, which holds
+/// `what` files: "log", "state") exists and takes new files, or can be
+/// created under its nearest existing ancestor. Probes by creating and
+/// removing a uniquely named file there: permission bits alone do not tell
+/// (root, read-only mounts, ACLs). Creates no directory.
+pub(super) fn check(file: &Path, key: &str, what: &str) -> Result<(), Invalid> {
     let dir = file
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -23,10 +26,7 @@ pub(super) fn check(file: &Path) -> Result<(), Invalid> {
         }
     }
     if !existing.is_dir() {
-        return invalid(
-            "log.file",
-            format!("{} is not a directory", existing.display()),
-        );
+        return invalid(key, format!("{} is not a directory", existing.display()));
     }
     let probe = existing.join(format!(".pin-proxy-check-{}", std::process::id()));
     let made = OpenOptions::new().write(true).create_new(true).open(&probe);
@@ -37,16 +37,16 @@ pub(super) fn check(file: &Path) -> Result<(), Invalid> {
             Ok(())
         }
         Err(e) => {
-            let what = if existing == dir {
-                format!("cannot write log files in {}", dir.display())
+            let why = if existing == dir {
+                format!("cannot write {what} files in {}", dir.display())
             } else {
                 format!(
-                    "cannot create the log directory {} in {}",
+                    "cannot create the {what} directory {} in {}",
                     dir.display(),
                     existing.display()
                 )
             };
-            invalid("log.file", format!("{what}: {e}"))
+            invalid(key, format!("{why}: {e}"))
         }
     }
 }
@@ -58,16 +58,16 @@ mod tests {
     #[test]
     fn writable_or_creatable_directories_pass_and_nothing_is_left_behind() {
         let tmp = tempfile::tempdir().unwrap();
-        check(&tmp.path().join("p.log")).unwrap();
+        check(&tmp.path().join("p.log"), "log.file", "log").unwrap();
         let deep = tmp.path().join("a/b/p.log");
-        check(&deep).unwrap();
+        check(&deep, "log.file", "log").unwrap();
         assert!(!tmp.path().join("a").exists(), "check creates nothing");
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     }
 
     #[test]
     fn unwritable_places_and_files_in_the_way_are_refused() {
-        let err = check(Path::new("/proc/pin-proxy/p.log")).unwrap_err();
+        let err = check(Path::new("/proc/pin-proxy/p.log"), "log.file", "log").unwrap_err();
         assert_eq!(err.path, "log.file");
         assert!(
             err.message.contains("cannot create the log directory"),
@@ -77,7 +77,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("f");
         std::fs::write(&file, "").unwrap();
-        let err = check(&file.join("p.log")).unwrap_err();
+        let err = check(&file.join("p.log"), "state_file", "state").unwrap_err();
+        assert_eq!(err.path, "state_file");
         assert!(
             err.message.contains("is not a directory"),
             "{}",

@@ -1,0 +1,229 @@
+//! A pool's health records as plain data that outlives the process: taken
+//! out with [`Pool::save_health`], put back with [`Pool::restore_health`]
+//! (the state file across a cold restart, the hand-over of a live
+//! upgrade), and the change signal ([`HealthChanges`]) that tells a writer
+//! when a record worth keeping changed.
+//!
+//! Times leave as wall-clock time: a monotonic `Instant` means nothing to
+//! another process. They are converted with the two clocks read at one
+//! moment, as [`snapshot`](crate::pool::snapshot) does.
+
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::pool::health::{BackendHealth, Quarantine, State, later};
+use crate::pool::registry::{Pool, ProbeRecord};
+use crate::pool::snapshot::{QuarantineSnapshot, wall_time};
+
+/// One backend's health record, plain data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedBackend {
+    /// Its name in the pool.
+    pub name: String,
+    /// Its `host:port`: with the name, which node this is (an address
+    /// change makes another node).
+    pub addr: String,
+    /// The state while not taken out: `healthy` or `unknown`.
+    pub base: State,
+    /// The quarantine, window end in wall-clock time, with its reason.
+    pub quarantine: Option<QuarantineSnapshot>,
+    /// Quarantines since the last success: the escalation level (the next
+    /// window is `base * 2^strikes`, capped).
+    pub strikes: u32,
+    /// Consecutive connect failures from client traffic.
+    pub connect_failures: u32,
+    /// Client connections it closed at once since one it served.
+    pub closes_at_once: u32,
+    /// Consecutive bad probe verdicts.
+    pub bad_probes: u32,
+    /// Consecutive passed probes since the window ended.
+    pub good_probes: u32,
+    /// Last block height a probe read.
+    pub height: Option<u64>,
+    /// That height was proven by the node's headers.
+    pub proven: bool,
+    /// The last probe.
+    pub last_probe: Option<ProbeRecord>,
+}
+
+impl SavedBackend {
+    /// A record of the backend `name` at `addr` with only a window and
+    /// strikes (what a state file keeps); everything else as a backend
+    /// that was never probed has it.
+    pub fn new(
+        name: String,
+        addr: String,
+        quarantine: Option<QuarantineSnapshot>,
+        strikes: u32,
+    ) -> SavedBackend {
+        SavedBackend {
+            name,
+            addr,
+            base: State::Unknown,
+            quarantine,
+            strikes,
+            connect_failures: 0,
+            closes_at_once: 0,
+            bad_probes: 0,
+            good_probes: 0,
+            height: None,
+            proven: false,
+            last_probe: None,
+        }
+    }
+}
+
+/// A counter bumped whenever a backend's quarantine, strikes or state
+/// changes in any pool that shares it; a writer subscribes and wakes on
+/// each bump instead of polling.
+#[derive(Debug)]
+pub struct HealthChanges {
+    version: watch::Sender<u64>,
+}
+
+impl Default for HealthChanges {
+    fn default() -> Self {
+        HealthChanges {
+            version: watch::Sender::new(0),
+        }
+    }
+}
+
+impl HealthChanges {
+    /// Something worth saving changed. Cheap, and safe under the pool lock
+    /// (the watch's own lock is held only to add one).
+    pub fn bump(&self) {
+        self.version.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// The number of changes so far.
+    pub fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
+    /// A receiver that sees each bump (`changed()` resolves after one).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+}
+
+/// The part of a record whose change is worth writing down.
+pub(in crate::pool) type Kept = (Option<Quarantine>, u32, State);
+
+/// What of `h` a saved record must follow.
+pub(in crate::pool) fn kept(h: &BackendHealth) -> Kept {
+    (h.quarantine, h.strikes, h.state())
+}
+
+/// The monotonic instant of wall-clock time `at`, given both clocks' `now`.
+fn instant_at(at: SystemTime, now: Instant, wall: SystemTime) -> Instant {
+    match at.duration_since(wall) {
+        Ok(ahead) => later(now, ahead),
+        Err(behind) => now.checked_sub(behind.duration()).unwrap_or(now),
+    }
+}
+
+impl Pool {
+    /// Tell the writer when `before` (what [`kept`] read before a change)
+    /// differs from `h` now.
+    pub(in crate::pool) fn note(&self, before: Kept, h: &BackendHealth) {
+        if kept(h) != before {
+            self.changes.bump();
+        }
+    }
+
+    /// Every backend's health record, in config order, under one lock;
+    /// instants read as wall-clock time.
+    pub fn save_health(&self) -> Vec<SavedBackend> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        self.backends()
+            .iter()
+            .map(|b| {
+                let h = &b.health;
+                SavedBackend {
+                    name: b.config.name.clone(),
+                    addr: b.config.addr.clone(),
+                    base: h.base(),
+                    quarantine: h.quarantine.map(|q| QuarantineSnapshot {
+                        until: wall_time(q.until, now, wall),
+                        reason: q.reason,
+                    }),
+                    strikes: h.strikes,
+                    connect_failures: h.connect_failures,
+                    closes_at_once: h.closes_at_once,
+                    bad_probes: h.bad_probes,
+                    good_probes: h.good_probes,
+                    height: b.height,
+                    proven: b.proven,
+                    last_probe: b.last_probe.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Put saved records back, each on the backend with the same name and
+    /// address (records of other backends are ignored). A window that
+    /// ended by `wall_now` is dropped, its strikes kept; one still running
+    /// makes the backend unusable at once, for the rest of it. Each
+    /// restored backend's epoch moves on, so a probe in flight is stale.
+    /// Returns how many records were applied.
+    pub fn restore_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
+        self.put_back(saved, wall_now, false)
+    }
+
+    /// As [`Pool::restore_health`] for the records a live upgrade carries
+    /// over from the moment before: a window that has just ended is kept,
+    /// so a backend waiting for its `rise` probes still waits for them.
+    pub fn restore_carried_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
+        self.put_back(saved, wall_now, true)
+    }
+
+    fn put_back(&self, saved: &[SavedBackend], wall_now: SystemTime, keep_ended: bool) -> usize {
+        let now = Instant::now();
+        let mut applied = 0;
+        let mut backends = self.backends();
+        for b in backends.iter_mut() {
+            let Some(s) = saved
+                .iter()
+                .find(|s| s.name == b.config.name && s.addr == b.config.addr)
+            else {
+                continue;
+            };
+            let h = &mut b.health;
+            h.set_base(s.base);
+            h.quarantine = s
+                .quarantine
+                .filter(|q| keep_ended || q.until > wall_now)
+                .map(|q| Quarantine {
+                    until: instant_at(q.until, now, wall_now),
+                    reason: q.reason,
+                });
+            h.strikes = s.strikes;
+            h.connect_failures = s.connect_failures;
+            h.closes_at_once = s.closes_at_once;
+            h.bad_probes = s.bad_probes;
+            h.good_probes = s.good_probes;
+            h.epoch += 1;
+            b.height = s.height;
+            b.proven = s.proven;
+            b.last_probe = s.last_probe.clone();
+            let closing = s.closes_at_once > 0;
+            b.stats.closing_at_once.store(closing, Ordering::Relaxed);
+            applied += 1;
+        }
+        drop(backends);
+        if applied > 0 {
+            // Ended windows were dropped: what a writer holds is out of date.
+            self.changes.bump();
+        }
+        applied
+    }
+}
+
+#[cfg(test)]
+#[path = "saved_tests.rs"]
+mod tests;

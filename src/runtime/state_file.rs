@@ -1,0 +1,347 @@
+//! The state file (`state_file:`): quarantine windows, their reasons and
+//! strikes, kept across a cold restart. Its JSON format, the bounded read
+//! at start-up (any problem: logged, and a clean start), the atomic save,
+//! and the writer task that saves after each change, at most once a
+//! second, and once more at shutdown.
+
+use std::fs::{self, File, OpenOptions};
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::read_bounded;
+use crate::ops::control::Control;
+use crate::pool::health::QuarantineReason;
+use crate::pool::registry::Pool;
+use crate::pool::saved::{HealthChanges, SavedBackend};
+use crate::pool::snapshot::QuarantineSnapshot;
+
+/// The format this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// A state file larger than this is refused as corrupt: a real one holds a
+/// few hundred bytes per backend.
+pub const MAX_BYTES: u64 = 16 << 20;
+
+/// Writes are at least this far apart; changes in between join the next.
+const MIN_GAP: Duration = Duration::from_secs(1);
+
+/// After a failed write, the next attempt comes this soon even without a
+/// change.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// The saved health of each pool, by pool name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SavedState {
+    /// `(pool name, its backends' records)`.
+    pub pools: Vec<(String, Vec<SavedBackend>)>,
+}
+
+impl SavedState {
+    /// The records of every pool in `pools` now.
+    pub fn of(pools: &[Arc<Pool>]) -> SavedState {
+        let pools = pools
+            .iter()
+            .map(|p| (p.name.clone(), p.save_health()))
+            .collect();
+        SavedState { pools }
+    }
+
+    /// Put the records back on the pools of the same name; returns how many
+    /// backends took one.
+    pub fn restore(&self, pools: &[Arc<Pool>], wall_now: SystemTime) -> usize {
+        pools
+            .iter()
+            .filter_map(|p| {
+                let (_, saved) = self.pools.iter().find(|(name, _)| *name == p.name)?;
+                Some(p.restore_health(saved, wall_now))
+            })
+            .sum()
+    }
+}
+
+/// Why a state file was not used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// There is none yet (a first start).
+    #[error("no state file yet")]
+    Missing,
+    /// It could not be read.
+    #[error("cannot read it: {0}")]
+    Unreadable(std::io::Error),
+    /// Over [`MAX_BYTES`].
+    #[error("larger than {MAX_BYTES} bytes")]
+    TooLarge,
+    /// Written by a build with another format.
+    #[error("version {0} is not the version this build reads ({VERSION})")]
+    Version(u64),
+    /// Not a state file: bad JSON, a missing field, a bad time.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl LoadError {
+    /// The `reason` field of `state_ignored`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LoadError::Missing => "missing",
+            LoadError::Unreadable(_) => "unreadable",
+            LoadError::TooLarge | LoadError::Version(_) | LoadError::Corrupt(_) => "corrupt",
+        }
+    }
+}
+
+/// The file as written.
+#[derive(Debug, Serialize, Deserialize)]
+struct FileV1 {
+    version: u32,
+    written_at: String,
+    pools: Vec<FilePool>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FilePool {
+    name: String,
+    backends: Vec<FileBackend>,
+}
+
+/// What the contract keeps of a backend: window, reason, strikes. Heights
+/// and probe results are not kept: they are stale after a restart, and
+/// the first probes run at once.
+#[derive(Debug, Serialize, Deserialize)]
+struct FileBackend {
+    name: String,
+    addr: String,
+    strikes: u32,
+    quarantine: Option<FileQuarantine>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FileQuarantine {
+    /// RFC 3339, UTC.
+    until: String,
+    reason: QuarantineReason,
+}
+
+/// Only the version, read first so another format is named as such.
+#[derive(Deserialize)]
+struct Versioned {
+    version: u64,
+}
+
+/// The contents of a state file, `written_at` stamped.
+fn encode(state: &SavedState, written_at: SystemTime) -> serde_json::Result<Vec<u8>> {
+    let time = |t: SystemTime| humantime::format_rfc3339_millis(t).to_string();
+    let pools = state.pools.iter().map(|(name, backends)| FilePool {
+        name: name.clone(),
+        backends: backends
+            .iter()
+            .map(|b| FileBackend {
+                name: b.name.clone(),
+                addr: b.addr.clone(),
+                strikes: b.strikes,
+                quarantine: b.quarantine.map(|q| FileQuarantine {
+                    until: time(q.until),
+                    reason: q.reason,
+                }),
+            })
+            .collect(),
+    });
+    let file = FileV1 {
+        version: VERSION,
+        written_at: time(written_at),
+        pools: pools.collect(),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&file)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Parse the contents of a state file.
+fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
+    let corrupt = |e: serde_json::Error| LoadError::Corrupt(e.to_string());
+    let Versioned { version } = serde_json::from_slice(bytes).map_err(corrupt)?;
+    if version != u64::from(VERSION) {
+        return Err(LoadError::Version(version));
+    }
+    let file: FileV1 = serde_json::from_slice(bytes).map_err(corrupt)?;
+    let mut pools = Vec::with_capacity(file.pools.len());
+    for pool in file.pools {
+        let mut backends = Vec::with_capacity(pool.backends.len());
+        for b in pool.backends {
+            let quarantine = match b.quarantine {
+                Some(q) => Some(QuarantineSnapshot {
+                    until: humantime::parse_rfc3339(&q.until).map_err(|e| {
+                        let at = format!("pool {} backend {}", pool.name, b.name);
+                        LoadError::Corrupt(format!("{at}: until `{}`: {e}", q.until))
+                    })?,
+                    reason: q.reason,
+                }),
+                None => None,
+            };
+            backends.push(SavedBackend::new(b.name, b.addr, quarantine, b.strikes));
+        }
+        pools.push((pool.name, backends));
+    }
+    Ok(SavedState { pools })
+}
+
+/// Read the state file at `path`.
+///
+/// # Errors
+/// Why it cannot be used; the caller starts clean.
+pub fn load(path: &Path) -> Result<SavedState, LoadError> {
+    match read_bounded(path, MAX_BYTES) {
+        Ok(Some(bytes)) => decode(&bytes),
+        Ok(None) => Err(LoadError::TooLarge),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(LoadError::Missing),
+        Err(e) => Err(LoadError::Unreadable(e)),
+    }
+}
+
+/// A failed save: the step, the file it was on, the OS error.
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {}: {source}", path.display())]
+pub struct SaveError {
+    step: &'static str,
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// Replace the file at `path` with `state`, atomically: a temporary file in
+/// the same directory is written and synced, renamed over it, and the
+/// directory synced, so a crash leaves the old file or the new one, never
+/// a torn one.
+///
+/// # Errors
+/// The first step that failed; the temporary file is removed.
+pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(), SaveError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let failed = |step: &'static str, at: &Path| {
+        let path = at.to_owned();
+        move |source| SaveError { step, path, source }
+    };
+    let bytes = encode(state, written_at)
+        .map_err(|e| failed("encode", path)(std::io::Error::other(e)))?;
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(failed("create", &tmp))?;
+        file.write_all(&bytes).map_err(failed("write", &tmp))?;
+        file.sync_all().map_err(failed("sync", &tmp))?;
+        fs::rename(&tmp, path).map_err(failed("rename over", path))
+    })();
+    if written.is_err() {
+        // Best effort: the error that matters is the one returned.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(failed("sync directory", dir))
+}
+
+/// Read the state file at start-up and restore what it holds onto `pools`,
+/// before any client is accepted. Any problem is logged (`state_ignored`)
+/// and the pools start clean: it never stops the start.
+pub fn restore_at_start(path: &Path, pools: &[Arc<Pool>]) {
+    let shown = path.display().to_string();
+    match load(path) {
+        Ok(state) => {
+            let backends = state.restore(pools, SystemTime::now());
+            info!(path = shown, backends, "state_restored");
+        }
+        // A first start: nothing to warn about.
+        Err(e @ LoadError::Missing) => {
+            info!(path = shown, reason = e.as_str(), err = %e, "state_ignored");
+        }
+        Err(e) => warn!(path = shown, reason = e.as_str(), err = %e, "state_ignored"),
+    }
+}
+
+/// Save the pools `control` has (it follows reloads) to `path` after each
+/// change `changes` tells of, at most once a [`MIN_GAP`], and once more
+/// when `token` is cancelled (shutdown). A failed write is logged once per
+/// run of failures (`state_write_failed`) and retried; nothing stops.
+/// Changes count from the call, not from the first poll.
+pub fn write_on_change(
+    path: PathBuf,
+    control: Control,
+    changes: &HealthChanges,
+    token: CancellationToken,
+) -> impl Future<Output = ()> + use<> {
+    let seen = changes.subscribe();
+    writer(path, control, seen, token)
+}
+
+async fn writer(
+    path: PathBuf,
+    control: Control,
+    mut seen: watch::Receiver<u64>,
+    token: CancellationToken,
+) {
+    let mut failing = false;
+    let mut last: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => break,
+            changed = seen.changed() => if changed.is_err() { break },
+            () = sleep(RETRY), if failing => {}
+        }
+        if let Some(at) = last {
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = sleep_until(at + MIN_GAP) => {}
+            }
+        }
+        seen.borrow_and_update();
+        failing = write(&path, &control, failing).await;
+        last = Some(Instant::now());
+    }
+    write(&path, &control, failing).await;
+}
+
+/// One save of every pool; returns true when it failed.
+async fn write(path: &Path, control: &Control, failing: bool) -> bool {
+    let state = SavedState::of(&control.pools());
+    let backends: usize = state.pools.iter().map(|(_, b)| b.len()).sum();
+    let at = path.to_owned();
+    // fsync may take a while on a busy disk: off the runtime's threads.
+    let result = tokio::task::spawn_blocking(move || save(&at, &state, SystemTime::now())).await;
+    let shown = path.display().to_string();
+    let err = match result {
+        Ok(Ok(())) => {
+            if failing {
+                info!(path = shown, "state_write_recovered");
+            }
+            debug!(path = shown, backends, "state_written");
+            return false;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => format!("the save task failed: {e}"),
+    };
+    if !failing {
+        warn!(path = shown, err, "state_write_failed");
+    }
+    true
+}
+
+#[cfg(test)]
+#[path = "state_file_tests.rs"]
+mod tests;

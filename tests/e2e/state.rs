@@ -1,0 +1,245 @@
+//! `state_file`: quarantine windows and strikes survive a cold restart of
+//! the real binary (SIGTERM, start again on the same config); a corrupt
+//! file is logged and ignored; the file follows the pools a reload adds.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+use crate::admin::http::{admin_addr, backend, request, status};
+use crate::support::nodes::{Node, refused_addr};
+use crate::support::proxy::Proxy;
+use crate::support::wait_until;
+
+const T: Duration = Duration::from_secs(10);
+
+/// Pool `p` over `backends` (`(name, addr)`), saving to `state`, with an
+/// admin endpoint; `extra` is added to the pool (indented 4).
+fn config(state: &Path, backends: &[(&str, SocketAddr)], extra: &str) -> String {
+    let list: String = backends
+        .iter()
+        .map(|(n, a)| format!("      - {{ name: {n}, addr: \"{a}\" }}\n"))
+        .collect();
+    format!(
+        "admin: {{ listen: 127.0.0.1:0 }}\nstate_file: \"{}\"\npools:\n  - name: p\n    \
+         listen: 127.0.0.1:0\n{extra}    backends:\n{list}",
+        state.display()
+    )
+}
+
+/// SIGTERM, and wait for a clean exit.
+async fn stop(mut proxy: Proxy) {
+    proxy.signal("TERM");
+    let status = proxy.wait_exit(T).await.expect("did not exit");
+    assert!(status.success(), "exit status {status}");
+}
+
+fn until(b: &Value) -> SystemTime {
+    let at = b["quarantine"]["until"].as_str().expect("a window");
+    humantime::parse_rfc3339(at).expect("RFC 3339")
+}
+
+fn file_has(path: &Path, needle: &str) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_window_survives_a_cold_restart() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], "");
+
+    let proxy = Proxy::start(&yaml).await;
+    let first = proxy
+        .wait_event(|e| e["message"] == "state_ignored", T)
+        .await;
+    assert_eq!(
+        (&first["level"], &first["reason"]),
+        (&"INFO".into(), &"missing".into())
+    );
+    let admin = admin_addr(&proxy);
+    let answer = request(admin, "POST", "/pools/p/backends/a/quarantine?for=10m").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let before = until(backend(&status(admin).await, "p", "a"));
+    // Written on the change, not only at shutdown.
+    wait_until("the window in the state file", T, || {
+        file_has(&state, "\"manual\"")
+    })
+    .await;
+    stop(proxy).await;
+
+    let proxy = Proxy::start(&yaml).await;
+    let restored = proxy
+        .wait_event(|e| e["message"] == "state_restored", T)
+        .await;
+    assert_eq!(restored["backends"], 2, "{restored}");
+    // The first clients, right after start-up, all go to b.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
+    }
+    let connected = proxy
+        .wait_count(|e| e["message"] == "connected", 4, T)
+        .await;
+    assert!(
+        connected.iter().all(|e| e["backend"] == "b"),
+        "{connected:?}"
+    );
+    let s = status(admin_addr(&proxy)).await;
+    let a = backend(&s, "p", "a");
+    assert_eq!(
+        (&a["state"], &a["quarantine"]["reason"]),
+        (&"quarantined".into(), &"manual".into())
+    );
+    let after = until(a);
+    let gap = after
+        .duration_since(before)
+        .or_else(|_| before.duration_since(after))
+        .unwrap();
+    assert!(gap <= Duration::from_secs(1), "until moved by {gap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_node_keeps_its_strikes_and_gets_the_doubled_window() {
+    let good = Node::echo().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let extra = "    quarantine: { base: 1s, max: 1h }\n    \
+                 health: { interval: 100ms, timeout: 500ms, fall: 1 }\n";
+    let yaml = config(&state, &[("a", refused_addr()), ("b", good.addr)], extra);
+    let out = |strikes: u64| {
+        move |e: &Value| {
+            e["message"] == "quarantined" && e["backend"] == "a" && e["strikes"] == strikes
+        }
+    };
+
+    let proxy = Proxy::start(&yaml).await;
+    // Down, a 1 s window; down again once it is over: strikes 2, 2 s.
+    let second = proxy.wait_event(out(2), T).await;
+    assert_eq!(second["window_ms"], 2000, "{second}");
+    stop(proxy).await;
+
+    let proxy = Proxy::start(&yaml).await;
+    let s = status(admin_addr(&proxy)).await;
+    let strikes = backend(&s, "p", "a")["strikes"].as_u64().unwrap();
+    assert!(strikes >= 2, "strikes {strikes} after the restart");
+    // Without the file it would start over at strikes 1, 1 s.
+    let first = proxy
+        .wait_event(|e| e["message"] == "quarantined" && e["backend"] == "a", T)
+        .await;
+    assert_eq!(
+        (&first["strikes"], &first["window_ms"]),
+        (&3.into(), &4000.into()),
+        "{first}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_state_file_is_logged_and_ignored() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    std::fs::write(&state, "{\"version\": 1, \"pools\": [garbage").unwrap();
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], "");
+
+    let proxy = Proxy::start(&yaml).await;
+    let ignored = proxy
+        .wait_event(|e| e["message"] == "state_ignored", T)
+        .await;
+    assert_eq!(ignored["level"], "WARN", "{ignored}");
+    assert_eq!(ignored["path"], state.display().to_string());
+    assert_eq!(ignored["reason"], "corrupt");
+    assert!(
+        ignored["err"].as_str().unwrap().starts_with("corrupt:"),
+        "{ignored}"
+    );
+    let s = status(admin_addr(&proxy)).await;
+    for name in ["a", "b"] {
+        let b = backend(&s, "p", name);
+        assert!(b["quarantine"].is_null() && b["strikes"] == 0, "{b}");
+    }
+    // The file is written anew, valid, at shutdown at the latest.
+    stop(proxy).await;
+    let text = std::fs::read_to_string(&state).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["version"], 1, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_follows_the_pools_a_reload_adds() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let yaml = config(&state, &[("a", nodes[0].addr)], "");
+    let proxy = Proxy::start(&yaml).await;
+    let more = format!(
+        "{yaml}  - name: q\n    listen: 127.0.0.1:0\n    backends:\n      \
+         - {{ name: qb, addr: \"{}\" }}\n",
+        nodes[1].addr
+    );
+    let outcome = proxy.reload(&more).await;
+    assert_eq!(outcome["message"], "reloaded", "{outcome}");
+    let answer = request(
+        admin_addr(&proxy),
+        "POST",
+        "/pools/q/backends/qb/quarantine?for=10m",
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    wait_until("pool q in the state file", T, || {
+        std::fs::read_to_string(&state)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|j| {
+                j["pools"].as_array().is_some_and(|ps| {
+                    ps.iter().any(|p| {
+                        p["name"] == "q" && p["backends"][0]["quarantine"]["reason"] == "manual"
+                    })
+                })
+            })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_that_cannot_be_written_is_warned_about_once_and_stops_nothing() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    // A plain file where its directory should be: every write fails.
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let state = blocker.join("state.json");
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], "");
+    let proxy = Proxy::start(&yaml).await;
+    let admin = admin_addr(&proxy);
+    let answer = request(admin, "POST", "/pools/p/backends/a/quarantine?for=10m").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let failed = proxy
+        .wait_event(|e| e["message"] == "state_write_failed", T)
+        .await;
+    assert_eq!(failed["level"], "WARN", "{failed}");
+    assert_eq!(failed["path"], state.display().to_string());
+    assert!(
+        failed["err"].as_str().unwrap().contains("not-a-dir"),
+        "{failed}"
+    );
+    // Still serving.
+    let _client = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let connected = proxy.wait_event(|e| e["message"] == "connected", T).await;
+    assert_eq!(connected["backend"], "b");
+    let mut proxy = proxy;
+    proxy.signal("TERM");
+    let status = proxy.wait_exit(T).await.expect("did not exit");
+    assert!(status.success(), "exit status {status}");
+    let log = proxy.all_events(T).await;
+    let failed: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["message"] == "state_write_failed")
+        .collect();
+    // The shutdown write failed too: the same episode, not logged again.
+    assert_eq!(failed.len(), 1, "{failed:?}");
+}

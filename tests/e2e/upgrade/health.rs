@@ -1,0 +1,85 @@
+//! The health state goes over with the connections: a manual 10-minute
+//! window (same end, same reason), strikes (the escalation level), and a
+//! quarantined backend keeps getting no clients in the new process.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Bin, T, config, status, upgrade_ok};
+use crate::admin::http::{backend, request};
+use crate::support::live_on;
+use crate::support::nodes::{Node, refused_addr};
+use crate::support::proxy::Proxy;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_and_strikes_survive_an_upgrade() {
+    let (a, b) = (Node::echo().await, Node::echo().await);
+    let dead = refused_addr();
+    let bin = Bin::new();
+    let yaml = config(&[a.addr, b.addr, dead], "").replace(
+        "health: { probe: connect, interval: 1s }",
+        "health: { probe: connect, interval: 100ms, fall: 1 }\n    \
+         quarantine: { base: 1h, max: 8h, failures: 3 }",
+    );
+    let proxy = Proxy::start_from(bin.path(), &yaml, &[]).await;
+    let admin = proxy.admin();
+    // n1 by hand for 10 minutes; n2 (refused) taken out by its probes.
+    let answer = request(admin, "POST", "/pools/p/backends/n1/quarantine?for=10m").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    wait_until_down(&proxy).await;
+    let before = status(&proxy).await;
+    let (n1, n2) = (
+        backend(&before, "p", "n1").clone(),
+        backend(&before, "p", "n2").clone(),
+    );
+    assert_eq!(n1["quarantine"]["reason"], "manual");
+    assert_eq!(n2["strikes"], 1);
+
+    let done = upgrade_ok(&proxy).await;
+    assert_eq!(done["generation"], 1);
+    let after = status(&proxy).await;
+    assert_eq!(after["pid"], done["pid"]);
+    let (m1, m2) = (backend(&after, "p", "n1"), backend(&after, "p", "n2"));
+    assert_eq!(m1["state"], "quarantined");
+    assert_eq!(
+        m1["quarantine"], n1["quarantine"],
+        "the same window, to the millisecond"
+    );
+    assert_eq!(m2["state"], "down");
+    assert_eq!(m2["strikes"], n2["strikes"], "the escalation level");
+    assert_eq!(m2["quarantine"]["until"], n2["quarantine"]["until"]);
+    assert_eq!(m1["last_probe"]["outcome"], n1["last_probe"]["outcome"]);
+
+    // The new process sends nobody to the quarantined ones.
+    let before_clients = proxy.events().len();
+    for i in 0..6u8 {
+        let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
+        c.write_all(&[i]).await.unwrap();
+        let mut got = [0u8; 1];
+        c.read_exact(&mut got).await.unwrap();
+    }
+    let events = proxy.events()[before_clients..].to_vec();
+    let connected: Vec<_> = events
+        .iter()
+        .filter(|e| e["message"] == "connected")
+        .map(|e| e["backend"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(connected, vec!["n0"; 6], "{events:?}");
+    assert!(live_on(&events, "n1").is_empty());
+}
+
+/// Until n2's probes have taken it out.
+async fn wait_until_down(proxy: &Proxy) {
+    let admin = proxy.admin();
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let st = crate::admin::http::status(admin).await;
+        if backend(&st, "p", "n2")["state"] == "down" {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "n2 never went down");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
