@@ -165,7 +165,7 @@ async fn the_writer_saves_each_change_at_most_once_a_second_and_at_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let pool = pool();
-    let control = Control::new(vec![pool.clone()], mpsc::channel(1).0);
+    let control = Control::new(vec![pool.clone()], mpsc::channel(1).0, mpsc::channel(1).0, 0);
     let token = CancellationToken::new();
     let writer = write_on_change(path.clone(), control, pool.changes(), token.clone());
     let task = tokio::spawn(writer);
@@ -194,7 +194,7 @@ async fn a_failed_write_is_retried_without_a_further_change() {
     let sub = dir.path().join("later");
     let path = sub.join("state.json");
     let pool = pool();
-    let control = Control::new(vec![pool.clone()], mpsc::channel(1).0);
+    let control = Control::new(vec![pool.clone()], mpsc::channel(1).0, mpsc::channel(1).0, 0);
     let token = CancellationToken::new();
     let task = tokio::spawn(write_on_change(
         path.clone(),
