@@ -4,9 +4,12 @@
 # /etc/pin-proxy/config.yaml, validate the config, then enable the service,
 # and start it unless the config was just installed.
 #
-# Idempotent: re-running upgrades the binary and the unit, keeps an existing
-# config, and restarts the service only when the binary or the unit changed
-# (a restart closes every client connection; clients redial).
+# Idempotent: re-running upgrades the binary and the unit and keeps an
+# existing config. When the binary or the unit changed and the service runs,
+# it performs a live upgrade (`pin-proxy upgrade`): the running process hands
+# every listener and connection to the new binary and exits; no client
+# notices. A unit change applies at the next restart. If the live upgrade
+# fails, the old process keeps serving unchanged and this script says why.
 #
 # Usage: deploy/install.sh [OPTIONS]
 #   --bin FILE       install FILE instead of building (cargo build --release --locked)
@@ -113,7 +116,11 @@ unit_tmp=$(mktemp)
 trap 'rm -f "$unit_tmp"' EXIT
 sed "s#/usr/local/bin/pin-proxy#$prefix/bin/pin-proxy#g" \
     "$repo/systemd/pin-proxy.service" >"$unit_tmp"
+before_unit=$changed
+changed=0
 install_file 0644 "$unit_tmp" "$destdir/etc/systemd/system/pin-proxy.service"
+unit_changed=$changed
+[ "$before_unit" -eq 1 ] && changed=1
 
 # The config may hold probe_url credentials: root writes it, the service's
 # group reads it, nobody else does. An existing config is never overwritten.
@@ -179,8 +186,18 @@ elif [ "$start" -eq 0 ]; then
     say "enabled; start with: systemctl start pin-proxy"
 elif "$systemctl" is-active --quiet pin-proxy && [ "$changed" -eq 1 ]; then
     "$systemctl" enable pin-proxy
-    say "restarting for the new binary/unit (clients redial)"
-    "$systemctl" restart pin-proxy
+    # A restart would close every client connection at once: hand them over.
+    say "live upgrade: the running service hands its connections to the new binary"
+    if "$bin_dest" upgrade -c "$conf"; then
+        if [ "$unit_changed" -eq 1 ]; then
+            say "the unit changed too: its new settings apply at the next restart"
+        fi
+    else
+        say "the live upgrade failed (journalctl -u pin-proxy shows upgrade_failed and why);"
+        say "the old process still serves every client. Fix the cause and run this again,"
+        say "or apply the new build with a restart (clients redial): systemctl restart pin-proxy"
+        exit 1
+    fi
 else
     "$systemctl" enable --now pin-proxy
 fi

@@ -49,3 +49,11 @@ pub fn connection_budget() -> usize {
         .unwrap_or(usize::MAX)
         .clamp(1, 1 << 24)
 }
+
+/// This process's resident memory in KiB (`VmRSS`), for the events that
+/// report it; `None` where `/proc` does not say.
+pub fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    line.trim().trim_end_matches("kB").trim().parse().ok()
+}

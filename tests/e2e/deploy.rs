@@ -92,6 +92,8 @@ fn unit_keeps_required_directives() {
     let has = |key: &str, value: &str| directives.iter().any(|(k, v)| k == key && v == value);
     let required = [
         ("Type", "notify"),
+        // The new process of a live upgrade names itself MAINPID=.
+        ("NotifyAccess", "all"),
         (
             "ExecStart",
             "/usr/local/bin/pin-proxy run -c /etc/pin-proxy/config.yaml",
@@ -306,4 +308,78 @@ fn first_install_enables_without_starting_then_a_rerun_starts() {
     );
     let (log, made) = install();
     assert!(made.contains("enable --now pin-proxy"), "{made}\n{log}");
+}
+
+/// Re-running the installer over a running service with a new binary is a
+/// live upgrade, not a restart: the running instance (a real one, on the
+/// installed config's admin address) hands everything to a new process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_over_a_running_service_upgrades_live_instead_of_restarting() {
+    let node = crate::support::nodes::Node::echo().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("root");
+    let calls = dir.path().join("calls");
+    let fake = dir.path().join("systemctl");
+    // The service runs: is-active says so.
+    fs::write(
+        &fake,
+        format!("#!/bin/sh\necho \"$*\" >> {}\nexit 0\n", calls.display()),
+    )
+    .expect("write fake systemctl");
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    // An admin address the CLI can find in the installed config.
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let yaml = format!(
+        "admin: {{ listen: \"{admin}\" }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+         backends: [\"{}\"]\n",
+        node.addr
+    );
+    let initial = dir.path().join("initial.yaml");
+    fs::write(&initial, &yaml).unwrap();
+    // An older "build": the same binary with a byte more, so the rerun
+    // sees the binary change.
+    let older = dir.path().join("older");
+    let mut bytes = fs::read(BIN).unwrap();
+    bytes.push(0);
+    fs::write(&older, bytes).unwrap();
+    fs::set_permissions(&older, fs::Permissions::from_mode(0o755)).unwrap();
+    let install = |bin: &Path| {
+        let out = run(Command::new("bash")
+            .arg(INSTALL)
+            .arg("--bin")
+            .arg(bin)
+            .arg("--config")
+            .arg(&initial)
+            .arg("--destdir")
+            .arg(&root)
+            .env("SYSTEMCTL", &fake)
+            .env_remove("DESTDIR")
+            .env_remove("PIN_PROXY_CONFIG")
+            .env_remove("RUST_LOG"));
+        let log = text(&out.stdout) + &text(&out.stderr);
+        let made = fs::read_to_string(&calls).unwrap_or_default();
+        fs::remove_file(&calls).ok();
+        (out.status.success(), log, made)
+    };
+    let (ok, log, _) = install(&older);
+    assert!(ok, "first install failed:\n{log}");
+
+    let proxy = crate::support::proxy::Proxy::start(&yaml).await;
+    let mut c = tokio::net::TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let (ok, log, made) = tokio::task::spawn_blocking(move || install(Path::new(BIN)))
+        .await
+        .unwrap();
+    assert!(ok, "rerun failed:\n{log}");
+    assert!(log.contains("live upgrade"), "{log}");
+    assert!(!made.contains("restart"), "no restart: {made}");
+    let done = proxy
+        .wait_event(|e| e["message"] == "upgraded", std::time::Duration::from_secs(30))
+        .await;
+    assert_eq!(done["generation"], 1);
+    assert_eq!(done["connections"], 1);
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    c.write_all(b"still here").await.unwrap();
+    let mut got = [0u8; 10];
+    c.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"still here");
 }

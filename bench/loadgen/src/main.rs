@@ -10,6 +10,7 @@ mod iperf;
 mod pingpong;
 mod procfs;
 mod table;
+mod upgrade;
 mod window;
 
 use std::future::Future;
@@ -117,6 +118,20 @@ enum Command {
     },
     /// Print N currently free loopback TCP ports, one per line.
     FreePorts { n: usize },
+    /// Live upgrades of PROXY (a pin-proxy binary) under CONNS connections
+    /// (PINGERS doing ping-pong): handover time, longest stall, RSS.
+    Upgrade {
+        #[arg(long)]
+        proxy: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        conns: usize,
+        #[arg(long, default_value_t = 64)]
+        pingers: usize,
+        #[arg(long, default_value_t = 3)]
+        upgrades: usize,
+        #[command(flatten)]
+        rt: Runtime,
+    },
 }
 
 /// What every load command takes.
@@ -156,6 +171,21 @@ fn main() -> anyhow::Result<()> {
             close_first,
             rt,
         } => block_on(rt, echo::serve(listen, close_first)),
+        Command::Upgrade {
+            proxy,
+            conns,
+            pingers,
+            upgrades,
+            rt,
+        } => {
+            let p = upgrade::Params {
+                proxy,
+                conns,
+                pingers,
+                upgrades,
+            };
+            report(block_on(rt, upgrade::run(p))?)
+        }
         Command::Pingpong {
             load,
             conns,

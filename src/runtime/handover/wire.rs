@@ -56,6 +56,9 @@ impl Rendezvous {
         let fd = seqpacket()?;
         rustix::net::bind(&fd, &SocketAddrUnix::new_abstract_name(name.as_bytes())?)?;
         rustix::net::listen(&fd, 4)?;
+        // Accepts must never block the runtime (a stranger's connection
+        // is taken and dropped, then the wait goes on).
+        rustix::io::ioctl_fionbio(&fd, true)?;
         Ok(Rendezvous {
             fd: register(fd, Interest::READABLE)?,
             name,

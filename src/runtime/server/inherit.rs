@@ -16,7 +16,7 @@ use crate::net::session;
 use crate::runtime::handover::heir::Heir;
 use crate::runtime::handover::protocol::Inheritance;
 use crate::runtime::handover::{CONN_ID_GAP, ENV};
-use crate::runtime::notify;
+use crate::runtime::{limits, notify};
 
 /// What a process started by a live upgrade takes over: the channel to
 /// the running process and what it sent so far.
@@ -88,7 +88,7 @@ impl Heritage {
                 run.pool.take_carried(c);
             }
         }
-        info!(listeners, "inherited");
+        info!(listeners, rss_kib = limits::rss_kib(), "inherited");
         Ok((server, self))
     }
 }
@@ -146,6 +146,7 @@ impl Server {
                 generation = self.generation,
                 connections = adopted,
                 duration_ms = started.elapsed().as_millis() as u64,
+                rss_kib = limits::rss_kib(),
                 "adopted"
             ),
             Err(err) => warn!(connections = adopted, err = %err, "adopt_failed"),
