@@ -328,7 +328,10 @@ async fn a_rerun_over_a_running_service_upgrades_live_instead_of_restarting() {
     .expect("write fake systemctl");
     fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
     // An admin address the CLI can find in the installed config.
-    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let yaml = format!(
         "admin: {{ listen: \"{admin}\" }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          backends: [\"{}\"]\n",
@@ -343,7 +346,7 @@ async fn a_rerun_over_a_running_service_upgrades_live_instead_of_restarting() {
     bytes.push(0);
     fs::write(&older, bytes).unwrap();
     fs::set_permissions(&older, fs::Permissions::from_mode(0o755)).unwrap();
-    let install = |bin: &Path| {
+    let install = move |bin: &Path| {
         let out = run(Command::new("bash")
             .arg(INSTALL)
             .arg("--bin")
@@ -365,7 +368,9 @@ async fn a_rerun_over_a_running_service_upgrades_live_instead_of_restarting() {
     assert!(ok, "first install failed:\n{log}");
 
     let proxy = crate::support::proxy::Proxy::start(&yaml).await;
-    let mut c = tokio::net::TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let mut c = tokio::net::TcpStream::connect(proxy.addr("p"))
+        .await
+        .unwrap();
     let (ok, log, made) = tokio::task::spawn_blocking(move || install(Path::new(BIN)))
         .await
         .unwrap();
@@ -373,7 +378,10 @@ async fn a_rerun_over_a_running_service_upgrades_live_instead_of_restarting() {
     assert!(log.contains("live upgrade"), "{log}");
     assert!(!made.contains("restart"), "no restart: {made}");
     let done = proxy
-        .wait_event(|e| e["message"] == "upgraded", std::time::Duration::from_secs(30))
+        .wait_event(
+            |e| e["message"] == "upgraded",
+            std::time::Duration::from_secs(30),
+        )
         .await;
     assert_eq!(done["generation"], 1);
     assert_eq!(done["connections"], 1);
