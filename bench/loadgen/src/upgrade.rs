@@ -68,7 +68,9 @@ async fn measure(
     let idle = p.conns.saturating_sub(p.pingers);
     let mut held = Vec::with_capacity(idle);
     for _ in 0..idle {
-        let mut s = TcpStream::connect(listen).await.context("connect an idle client")?;
+        let mut s = TcpStream::connect(listen)
+            .await
+            .context("connect an idle client")?;
         round_trip(&mut s).await?;
         held.push(s);
     }
@@ -131,7 +133,9 @@ async fn measure(
         h.await?.context("a pinger failed")?;
     }
     for s in &mut held {
-        round_trip(s).await.context("an idle client after the upgrades")?;
+        round_trip(s)
+            .await
+            .context("an idle client after the upgrades")?;
     }
     Ok(json!({
         "test": "upgrade",
@@ -158,8 +162,10 @@ async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
 /// `POST /upgrade`; the answer's JSON, or an error with its text.
 async fn post_upgrade(admin: SocketAddr) -> anyhow::Result<Value> {
     let mut s = TcpStream::connect(admin).await?;
-    s.write_all(b"POST /upgrade HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .await?;
+    s.write_all(
+        b"POST /upgrade HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
     let mut answer = String::new();
     tokio::time::timeout(Duration::from_secs(120), s.read_to_string(&mut answer)).await??;
     let (head, body) = answer.split_once("\r\n\r\n").context("an HTTP answer")?;
@@ -205,7 +211,11 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(bin: &std::path::Path, config: &std::path::Path, log: &std::path::Path) -> anyhow::Result<Proxy> {
+    fn start(
+        bin: &std::path::Path,
+        config: &std::path::Path,
+        log: &std::path::Path,
+    ) -> anyhow::Result<Proxy> {
         let out = std::fs::File::create(log)?;
         let child = Command::new(bin)
             .args(["run", "-c"])

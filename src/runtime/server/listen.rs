@@ -201,9 +201,7 @@ pub(super) fn bind_all(
 
 /// What a live upgrade hands over of `runs`' listeners: their description
 /// and, in the same order, their kept sockets.
-pub(super) fn carried<'a>(
-    runs: &'a [PoolRun],
-) -> (Vec<CarriedListener>, Vec<&'a std::net::TcpListener>) {
+pub(super) fn carried(runs: &[PoolRun]) -> (Vec<CarriedListener>, Vec<&std::net::TcpListener>) {
     let mut carried = Vec::new();
     let mut sockets = Vec::new();
     for run in runs {

@@ -164,11 +164,8 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         let done = upgrade_ok(&proxy).await;
         stalls.push(t.elapsed());
         assert_eq!(done["generation"], i as u64);
-        assert_eq!(
-            done["connections"].as_u64().unwrap() as usize >= live,
-            true,
-            "{done}"
-        );
+        // Every live one, and the newcomers caught connecting.
+        assert!(done["connections"].as_u64().unwrap() as usize >= live, "{done}");
         pids.push(proxy.live_pid());
     }
     upgraded.store(true, Ordering::Relaxed);
