@@ -165,7 +165,10 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         stalls.push(t.elapsed());
         assert_eq!(done["generation"], i as u64);
         // Every live one, and the newcomers caught connecting.
-        assert!(done["connections"].as_u64().unwrap() as usize >= live, "{done}");
+        assert!(
+            done["connections"].as_u64().unwrap() as usize >= live,
+            "{done}"
+        );
         pids.push(proxy.live_pid());
     }
     upgraded.store(true, Ordering::Relaxed);
