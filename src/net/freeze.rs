@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::net::splice::SpliceState;
@@ -16,7 +17,19 @@ use crate::pool::registry::ConnId;
 /// One connection, stopped and out of the event loop.
 #[derive(Debug)]
 pub struct Frozen {
-    /// Its id, as logged in `conn`.
+    /// What it is and where its splice stood.
+    pub meta: ConnMeta,
+    /// The client socket (non-blocking, not registered anywhere).
+    pub client: std::net::TcpStream,
+    /// The backend socket (likewise).
+    pub backend_socket: std::net::TcpStream,
+}
+
+/// A frozen connection apart from its sockets: what a handover sends
+/// beside them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnMeta {
+    /// Its id, as logged in `conn` (kept, so one client's lines join up).
     pub conn: ConnId,
     /// Its pool.
     pub pool: String,
@@ -28,10 +41,6 @@ pub struct Frozen {
     pub peer: SocketAddr,
     /// When the client was accepted (wall clock).
     pub started: SystemTime,
-    /// The client socket (non-blocking, not registered anywhere).
-    pub client: std::net::TcpStream,
-    /// The backend socket (likewise).
-    pub backend_socket: std::net::TcpStream,
     /// Where the splice stood.
     pub splice: SpliceState,
 }

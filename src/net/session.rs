@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::net::connect::{self, ConnectError};
-use crate::net::freeze::{Freezer, Frozen};
+use crate::net::freeze::{ConnMeta, Freezer, Frozen};
 use crate::net::splice::SpliceState;
 use crate::pool::close::{CloseReason, Closer};
 use crate::pool::registry::{Admission, BackendId, ConnEntry, ConnId, Lease, Pool, Target};
@@ -74,16 +74,19 @@ pub fn resume(
     freezer: Freezer,
 ) -> Option<impl Future<Output = ()> + Send + 'static> {
     let Frozen {
+        meta,
+        client,
+        backend_socket,
+    } = frozen;
+    let ConnMeta {
         conn,
         backend: name,
         addr,
         peer,
         started: wall,
-        client,
-        backend_socket,
         splice: state,
         ..
-    } = frozen;
+    } = meta;
     let age = SystemTime::now().duration_since(wall).unwrap_or_default();
     let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
     let closer = Arc::new(Closer::carried(state.up.moved, state.down.moved));
@@ -192,15 +195,17 @@ impl Ends<'_> {
     ) -> Result<(), String> {
         let age = self.started.elapsed();
         let frozen = Frozen {
-            conn: self.conn,
-            pool: self.pool.name.clone(),
-            backend: self.target.config.name.clone(),
-            addr: self.target.config.addr.clone(),
-            peer: self.peer,
-            started: SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH),
+            meta: ConnMeta {
+                conn: self.conn,
+                pool: self.pool.name.clone(),
+                backend: self.target.config.name.clone(),
+                addr: self.target.config.addr.clone(),
+                peer: self.peer,
+                started: SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH),
+                splice,
+            },
             client: client.into_std().map_err(|e| e.to_string())?,
             backend_socket: backend.into_std().map_err(|e| e.to_string())?,
-            splice,
         };
         freezer
             .take(frozen)

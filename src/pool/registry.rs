@@ -353,6 +353,13 @@ impl Pool {
             .iter_mut()
             .find(|b| b.config.name == name && b.config.addr == addr)?;
         entry.closer.set_spliced();
+        Some(self.register(b, conn, entry))
+    }
+
+    /// Put connection `conn` on backend `b`: its lease and target. A
+    /// connection registered after the pool stopped is closed at once
+    /// (`stop` has already swept the registry).
+    fn register(self: &Arc<Self>, b: &mut Backend, conn: ConnId, entry: ConnEntry) -> (Lease, Target) {
         if let Some(reason) = self.stopped.get() {
             entry.closer.close(*reason);
         }
@@ -368,7 +375,7 @@ impl Pool {
             backend: b.id,
             conn,
         };
-        Some((lease, target))
+        (lease, target)
     }
 
     /// Admit a client carried over from another process: it was admitted
@@ -433,24 +440,7 @@ impl Pool {
             })
             .collect();
         let chosen = &mut backends[select::pick(&cands)?];
-        if let Some(reason) = self.stopped.get() {
-            // Stopped between this client's accept and now: `stop` has
-            // already swept the registry, so close it here.
-            entry.closer.close(*reason);
-        }
-        chosen.conns.insert(conn, entry);
-        let target = Target {
-            id: chosen.id,
-            config: chosen.config.clone(),
-            stats: chosen.stats.clone(),
-            usable: chosen.health.is_usable(),
-        };
-        let lease = Lease {
-            pool: self.clone(),
-            backend: chosen.id,
-            conn,
-        };
-        Some((lease, target))
+        Some(self.register(chosen, conn, entry))
     }
 
     /// Each backend's id and settings, in config order: what the prober

@@ -218,15 +218,15 @@ impl Server {
             self.tracker.spawn(admin::serve(l, allow, control, token));
         }
         self.tracker.spawn(notify::watchdog(self.root.clone()));
-        if let Some(path) = self.config.state_file.clone() {
+        let writer = self.config.state_file.clone().map(|path| {
             let writer = state_file::write_on_change(
                 path,
                 self.control.clone(),
                 &self.changes,
                 self.root.clone(),
             );
-            self.tracker.spawn(writer);
-        }
+            self.tracker.spawn(writer)
+        });
         match heritage {
             Some(heritage) => self.take_connections(heritage).await,
             None => notify::ready(),
@@ -252,7 +252,13 @@ impl Server {
                 }
             }
         };
-        if !handed_over {
+        if handed_over {
+            // The state file is the new process's now: no last write of
+            // this one's may land after its first.
+            if let Some(writer) = &writer {
+                writer.abort();
+            }
+        } else {
             notify::stopping();
             info!("shutdown");
         }

@@ -39,7 +39,14 @@ async fn main() -> anyhow::Result<()> {
     println!("| `splice::splice` | {} |", size_of_val(&splice));
     drop(splice);
     let slot = Arc::new(Semaphore::new(1)).acquire_owned().await?;
-    let serve = pin_proxy::net::session::serve(pool.clone(), accepted, peer, 1, (admission, slot));
+    let serve = pin_proxy::net::session::serve(
+        pool.clone(),
+        accepted,
+        peer,
+        1,
+        (admission, slot),
+        pin_proxy::net::freeze::Freezer::default(),
+    );
     println!(
         "| `session::serve` (the task's future) | {} |",
         size_of_val(&serve)

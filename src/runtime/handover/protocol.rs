@@ -16,11 +16,9 @@
 //! 6. new → old `ADOPTED` with the count; the old process exits.
 
 use std::net::SocketAddr;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::net::splice::SpliceState;
 use crate::pool::carry::CarriedPool;
 use crate::pool::registry::ConnId;
 
@@ -123,24 +121,8 @@ pub enum Owner {
     Pool(String),
 }
 
-/// One spliced connection.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CarriedConn {
-    /// Its id (kept, so one client's log lines join up).
-    pub conn: ConnId,
-    /// Its pool.
-    pub pool: String,
-    /// Its backend's name.
-    pub backend: String,
-    /// Its backend's address as configured.
-    pub addr: String,
-    /// The client's address.
-    pub peer: SocketAddr,
-    /// When the client was accepted.
-    pub started: SystemTime,
-    /// Where its splice stood.
-    pub splice: SpliceState,
-}
+/// One spliced connection, as sent beside its two sockets.
+pub use crate::net::freeze::ConnMeta as CarriedConn;
 
 /// A count of connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +155,8 @@ mod tests {
 
     #[test]
     fn a_carried_connection_survives_json_with_its_held_bytes() {
+        use crate::net::splice::SpliceState;
+        use std::time::SystemTime;
         let mut splice = SpliceState::default();
         splice.up.moved = 5;
         splice.down.held = vec![0, 255, 7];

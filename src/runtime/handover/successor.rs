@@ -149,7 +149,7 @@ impl Successor {
         self.budget = budget;
         self.deadline = Instant::now() + budget;
         for batch in conns.chunks(CONNS_PER_MESSAGE) {
-            let carried: Vec<CarriedConn> = batch.iter().map(carried).collect();
+            let carried: Vec<&CarriedConn> = batch.iter().map(|f| &f.meta).collect();
             let body = serde_json::to_vec(&carried).map_err(|e| UpgradeError::Channel(e.into()))?;
             let fds: Vec<BorrowedFd<'_>> = batch
                 .iter()
@@ -217,18 +217,6 @@ impl Successor {
             }
             Err(e) => Err(UpgradeError::Channel(e)),
         }
-    }
-}
-
-fn carried(f: &Frozen) -> CarriedConn {
-    CarriedConn {
-        conn: f.conn,
-        pool: f.pool.clone(),
-        backend: f.backend.clone(),
-        addr: f.addr.clone(),
-        peer: f.peer,
-        started: f.started,
-        splice: f.splice.clone(),
     }
 }
 

@@ -114,16 +114,10 @@ impl Server {
             loop {
                 match heir.next().await? {
                     Ok(batch) => {
-                        let frozen = batch.into_iter().map(|(c, client, backend)| Frozen {
-                            conn: c.conn,
-                            pool: c.pool,
-                            backend: c.backend,
-                            addr: c.addr,
-                            peer: c.peer,
-                            started: c.started,
+                        let frozen = batch.into_iter().map(|(meta, client, backend)| Frozen {
+                            meta,
                             client: client.into(),
                             backend_socket: backend.into(),
-                            splice: c.splice,
                         });
                         adopted += self.resume_all(frozen);
                     }
@@ -158,8 +152,9 @@ impl Server {
     pub(super) fn resume_all(&self, frozen: impl IntoIterator<Item = Frozen>) -> usize {
         let mut resumed = 0;
         for f in frozen {
-            let Some(run) = self.pools.iter().find(|run| run.pool.name == f.pool) else {
-                info!(pool = %f.pool, conn = f.conn, client = %f.peer, reason = "pool_removed", "closed");
+            let Some(run) = self.pools.iter().find(|run| run.pool.name == f.meta.pool) else {
+                let m = &f.meta;
+                info!(pool = %m.pool, conn = m.conn, client = %m.peer, reason = "pool_removed", "closed");
                 continue;
             };
             let slots = &self.shared.slots;
