@@ -26,6 +26,8 @@ pub struct Heritage {
     inheritance: Inheritance,
     fds: Vec<std::os::fd::OwnedFd>,
     started: StdInstant,
+    /// Listen addresses taken over (set once the server is built).
+    listeners: usize,
 }
 
 impl Heritage {
@@ -51,6 +53,7 @@ impl Heritage {
             inheritance,
             fds,
             started,
+            listeners: 0,
         }))
     }
 
@@ -89,6 +92,7 @@ impl Heritage {
             }
         }
         info!(listeners, rss_kib = limits::rss_kib(), "inherited");
+        self.listeners = listeners;
         Ok((server, self))
     }
 }
@@ -107,7 +111,12 @@ impl Server {
     /// tell systemd and the running process (which then exits) that it is
     /// done. A failure here leaves the running process to take them back.
     pub(super) async fn take_connections(&mut self, heritage: Heritage) {
-        let Heritage { heir, started, .. } = heritage;
+        let Heritage {
+            heir,
+            started,
+            listeners,
+            ..
+        } = heritage;
         let mut adopted = 0;
         let result: std::io::Result<()> = async {
             heir.ready().await?;
@@ -138,6 +147,7 @@ impl Server {
         match result {
             Ok(()) => info!(
                 generation = self.generation,
+                listeners,
                 connections = adopted,
                 duration_ms = started.elapsed().as_millis() as u64,
                 rss_kib = limits::rss_kib(),

@@ -164,6 +164,13 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         let done = upgrade_ok(&proxy).await;
         stalls.push(t.elapsed());
         assert_eq!(done["generation"], i as u64);
+        let adopted = proxy
+            .wait_count(|e| e["message"] == "adopted", i, T)
+            .await
+            .remove(i - 1);
+        // The pool's address and the admin endpoint's.
+        assert_eq!(adopted["listeners"], 2, "{adopted}");
+        assert_eq!(adopted["generation"], i as u64);
         // Every live one, and the newcomers caught connecting.
         assert!(
             done["connections"].as_u64().unwrap() as usize >= live,
