@@ -54,12 +54,17 @@ async fn windows_and_strikes_survive_an_upgrade() {
 
     // The new process sends nobody to the quarantined ones.
     let before_clients = proxy.events().len();
+    let closed_before = proxy.named("closed").len();
     for i in 0..6u8 {
         let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
         c.write_all(&[i]).await.unwrap();
         let mut got = [0u8; 1];
         c.read_exact(&mut got).await.unwrap();
     }
+    // Their lines are written as they close: wait for all six.
+    proxy
+        .wait_count(|e| e["message"] == "closed", closed_before + 6, T)
+        .await;
     let events = proxy.events()[before_clients..].to_vec();
     let connected: Vec<_> = events
         .iter()
