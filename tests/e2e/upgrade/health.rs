@@ -75,16 +75,22 @@ async fn windows_and_strikes_survive_an_upgrade() {
     assert!(live_on(&events, "n1").is_empty());
 }
 
-/// Until n2's probes have taken it out.
+/// Until n2's probes have taken it out and n1 has been probed once (so the
+/// last probe compared across the upgrade is one both processes report).
 async fn wait_until_down(proxy: &Proxy) {
     let admin = proxy.admin();
     let deadline = tokio::time::Instant::now() + T;
     loop {
         let st = crate::admin::http::status(admin).await;
-        if backend(&st, "p", "n2")["state"] == "down" {
+        if backend(&st, "p", "n2")["state"] == "down"
+            && !backend(&st, "p", "n1")["last_probe"].is_null()
+        {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "n2 never went down");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "n2 never went down, or n1 was never probed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
