@@ -7,7 +7,7 @@ use std::time::Duration;
 use humantime::format_duration;
 
 use super::parse::{default_probe_url, state_file_warning};
-use super::{Config, IpNet, LogFormat, PoolConfig, ProbeKind};
+use super::{Config, DiscoverQuery, IpNet, LogFormat, PoolConfig, ProbeKind};
 
 /// A readable, multi-line summary of the effective configuration.
 ///
@@ -138,6 +138,32 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
             (None, None) => {}
         }
         writeln!(out)?;
+    }
+    for d in &pool.discover {
+        let kind = match d.query {
+            DiscoverQuery::Addrs { .. } => "A/AAAA",
+            DiscoverQuery::Srv(_) => "SRV",
+        };
+        write!(out, "    - {}/* discovered from {} ({kind})", d.name, d.query)?;
+        if d.backup {
+            write!(out, " (backup)")?;
+        }
+        if let Some(t) = &d.probe_url {
+            write!(out, ", probe_url {t}")?;
+        }
+        writeln!(out)?;
+    }
+    if !pool.discover.is_empty() {
+        let r = &pool.discovery;
+        let resolver = r
+            .resolver
+            .map_or_else(|| "the system's resolvers".to_owned(), |a| a.to_string());
+        writeln!(
+            out,
+            "  discovery: every {}, hold {}, asking {resolver}",
+            dur(r.interval),
+            dur(r.hold)
+        )?;
     }
     Ok(())
 }

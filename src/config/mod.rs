@@ -7,6 +7,7 @@
 //! Layer: the ground. Uses nothing else of the crate; everything uses it.
 
 mod describe;
+mod discover;
 pub(crate) mod local;
 mod parse;
 
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use describe::{describe, warnings};
+pub use discover::{DiscoverConfig, DiscoverQuery, DiscoveryConfig, Found, ProbeTemplate};
 pub use ipnet::IpNet;
 pub use parse::ConfigError;
 pub(crate) use parse::default_probe_url;
@@ -88,8 +90,13 @@ pub struct PoolConfig {
     pub quarantine: QuarantineConfig,
     /// Health probe settings.
     pub health: HealthConfig,
-    /// Backends in config order (order breaks selection ties).
+    /// Static backends in config order (order breaks selection ties).
     pub backends: Vec<BackendConfig>,
+    /// `discover:` entries of the `backends` list, in config order: their
+    /// members follow the static backends.
+    pub discover: Vec<DiscoverConfig>,
+    /// How discover entries are looked up.
+    pub discovery: DiscoveryConfig,
 }
 
 /// `keepalive:` settings.
@@ -194,6 +201,8 @@ pub struct BackendConfig {
     pub backup: bool,
     /// The backend's REST twin for `blockbook`/`http` probes.
     pub probe_url: Option<SecretUrl>,
+    /// The discover entry it was found by; `None` for a static backend.
+    pub discovered_from: Option<String>,
 }
 
 /// A URL that may carry secrets (userinfo, query); `Display` and `Debug`

@@ -4,6 +4,7 @@
 //! that span several values (duplicates, shared listeners, max >= base).
 
 mod compat;
+mod discover;
 mod error;
 mod locate;
 mod own;
@@ -25,14 +26,15 @@ use ipnet::IpNet;
 pub use error::ConfigError;
 use error::{Invalid, invalid};
 use raw::{
-    Merge, Network, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe, RawQuarantine,
-    RawSettings,
+    Merge, Network, RawDiscovery, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe,
+    RawQuarantine, RawSettings,
 };
-use values::RawBackend;
+use values::{ProbeUrl, RawBackend};
 
 use super::{
-    AdminConfig, BackendConfig, Config, HealthConfig, KeepaliveConfig, LogConfig, LogFormat,
-    PoolConfig, ProbeKind, QuarantineConfig, RebalanceConfig,
+    AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
+    KeepaliveConfig, LogConfig, LogFormat, PoolConfig, ProbeKind, QuarantineConfig,
+    RebalanceConfig,
 };
 
 // Built-in defaults: the values of the contract's example config.
@@ -54,6 +56,8 @@ const FALL: u32 = 2;
 const RISE: u32 = 1;
 const DRAIN: bool = true;
 const DRAIN_SPREAD: Duration = Duration::from_secs(10);
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
+const DISCOVERY_HOLD: Duration = Duration::from_secs(5 * 60);
 const LOG_LEVEL: &str = "info";
 /// A live upgrade's default wait for the new process.
 const UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -228,6 +232,7 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         rebalance: raw.rebalance,
         quarantine: raw.quarantine,
         health: raw.health,
+        discovery: raw.discovery,
     };
     // Where the quarantine window values come from, to blame the right line.
     let quarantine_path = |key: &str, has: fn(&RawQuarantine) -> bool| {
@@ -267,7 +272,8 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         );
     }
     let health = build_health(s.health.unwrap_or_default());
-    let backends = build_backends(at, raw.backends, health.probe)?;
+    let (backends, discover) = build_backends(at, raw.backends, health.probe)?;
+    let discovery = s.discovery.unwrap_or_default();
     Ok(PoolConfig {
         name: raw.name.0,
         listen: raw.listen.items.iter().map(|l| l.0).collect(),
@@ -293,7 +299,17 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         quarantine,
         health,
         backends,
+        discover,
+        discovery: build_discovery(discovery),
     })
+}
+
+fn build_discovery(d: RawDiscovery) -> DiscoveryConfig {
+    DiscoveryConfig {
+        interval: d.interval.map_or(DISCOVERY_INTERVAL, |d| d.0),
+        hold: d.hold.map_or(DISCOVERY_HOLD, |d| d.0),
+        resolver: d.resolver.map(|r| r.0),
+    }
 }
 
 fn build_health(h: RawHealth) -> HealthConfig {
@@ -321,11 +337,10 @@ fn build_health(h: RawHealth) -> HealthConfig {
     }
 }
 
-fn build_backends(
-    at: &str,
-    raw: Vec<RawBackend>,
-    probe: ProbeKind,
-) -> Result<Vec<BackendConfig>, Invalid> {
+/// The static backends and the discover entries of a `backends` list.
+type Backends = (Vec<BackendConfig>, Vec<DiscoverConfig>);
+
+fn build_backends(at: &str, raw: Vec<RawBackend>, probe: ProbeKind) -> Result<Backends, Invalid> {
     if raw.is_empty() {
         return invalid(
             format!("{at}.backends"),
@@ -334,33 +349,88 @@ fn build_backends(
     }
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut backends = Vec::with_capacity(raw.len());
+    let mut discover = Vec::new();
     for (j, b) in raw.into_iter().enumerate() {
         let path = format!("{at}.backends[{j}]");
-        let (name, name_path) = match b.name {
-            Some(n) => (n.0, format!("{path}.name")),
-            None => (b.addr.0.clone(), path.clone()),
+        let name = match (&b.name, &b.addr) {
+            (Some(n), _) => Some((n.0.clone(), format!("{path}.name"))),
+            (None, Some(addr)) => Some((addr.0.clone(), path.clone())),
+            (None, None) => None,
         };
-        if let Some(first) = seen.insert(name.clone(), j) {
-            return invalid(
-                name_path,
-                format!("duplicate backend name `{name}` (also backends[{first}])"),
-            );
+        if let Some((name, name_path)) = &name {
+            if let Some(first) = seen.insert(name.clone(), j) {
+                return invalid(
+                    name_path,
+                    format!("duplicate backend name `{name}` (also backends[{first}])"),
+                );
+            }
         }
-        let speaks_http = matches!(probe, ProbeKind::Blockbook | ProbeKind::Http);
-        if speaks_http && b.probe_url.is_none() && default_probe_url(probe, &b.addr.0).is_none() {
-            return invalid(
-                path,
-                format!("cannot make a probe URL from `{}`; set probe_url", b.addr.0),
-            );
+        match (b.addr, b.discover) {
+            (Some(addr), None) => {
+                let url = match b.probe_url {
+                    Some(ProbeUrl::Template(_)) => {
+                        return invalid(
+                            format!("{path}.probe_url"),
+                            "`{ip}` and `{port}` stand for a discovered member's address; \
+                             a static backend's probe_url is one URL",
+                        );
+                    }
+                    Some(ProbeUrl::Url(u)) => Some(u),
+                    None => None,
+                };
+                let speaks_http = matches!(probe, ProbeKind::Blockbook | ProbeKind::Http);
+                if speaks_http && url.is_none() && default_probe_url(probe, &addr.0).is_none() {
+                    return invalid(
+                        path,
+                        format!("cannot make a probe URL from `{}`; set probe_url", addr.0),
+                    );
+                }
+                let name = name.map_or_else(|| addr.0.clone(), |(n, _)| n);
+                backends.push(BackendConfig {
+                    name,
+                    addr: addr.0,
+                    backup: b.backup,
+                    probe_url: url,
+                    discovered_from: None,
+                });
+            }
+            (None, Some(query)) => {
+                let Some(name) = b.name else {
+                    return invalid(
+                        path,
+                        "a discover entry needs a `name`: its members are named `<name>/<address>`",
+                    );
+                };
+                let probe_url = match b.probe_url {
+                    Some(ProbeUrl::Url(_)) => {
+                        return invalid(
+                            format!("{path}.probe_url"),
+                            "a discover entry's probe_url must name each member with `{ip}` \
+                             (and `{port}`), like `http://{ip}:9130/api/`",
+                        );
+                    }
+                    Some(ProbeUrl::Template(t)) => Some(t),
+                    None => None,
+                };
+                discover.push(DiscoverConfig {
+                    name: name.0,
+                    query: query.0,
+                    backup: b.backup,
+                    probe_url,
+                });
+            }
+            (Some(_), Some(_)) => {
+                return invalid(
+                    path,
+                    "a backend has either `addr` or `discover`, not both",
+                );
+            }
+            (None, None) => {
+                return invalid(path, "a backend needs `addr` (or `discover`)");
+            }
         }
-        backends.push(BackendConfig {
-            name,
-            addr: b.addr.0,
-            backup: b.backup,
-            probe_url: b.probe_url.map(|u| u.0),
-        });
     }
-    Ok(backends)
+    Ok((backends, discover))
 }
 
 /// The URL a `blockbook` or `http` probe requests when a backend has no

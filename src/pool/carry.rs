@@ -1,6 +1,7 @@
 //! What a pool hands the new process of a live upgrade besides its
-//! connections: each backend's health record (states, windows, strikes,
-//! heights, last probe) and its cumulative counters, so the new process
+//! connections: what its discover entries found, each backend's health
+//! record (states, windows, strikes, heights, last probe) and its
+//! cumulative counters, so the new process
 //! judges as the old one did and `/status` and `/metrics` go on from where
 //! they stood instead of from zero.
 
@@ -9,6 +10,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::pool::discovered::CarriedSource;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
 use crate::pool::saved::SavedBackend;
@@ -25,6 +27,9 @@ pub struct CarriedPool {
     pub backends: Vec<CarriedBackend>,
     /// Its backends' health records.
     pub health: Vec<SavedBackend>,
+    /// What its discover entries had found.
+    #[serde(default)]
+    pub discovered: Vec<CarriedSource>,
 }
 
 /// One backend's carried state.
@@ -55,6 +60,7 @@ impl Pool {
                 })
                 .collect(),
             health: self.save_health(),
+            discovered: self.carry_sources(),
         }
     }
 
@@ -62,6 +68,8 @@ impl Pool {
     /// onto the backends that are still configured (same name and
     /// address); returns how many matched. Run once, before any traffic.
     pub fn take_carried(&self, carried: &CarriedPool) -> usize {
+        // Discovered members first: their health records find them by name.
+        self.take_carried_sources(&carried.discovered);
         self.restore_carried_health(&carried.health, SystemTime::now());
         self.rebalance_moves
             .fetch_add(carried.rebalance_moves, Ordering::Relaxed);

@@ -3,7 +3,9 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::pool::discovered::Source;
 use crate::pool::registry::{Backend, BackendId};
+use crate::pool::saved::SavedBackend;
 
 /// Everything the pool lock guards: the configured backends and the
 /// removed ones still being drained. Derefs to the configured ones, which
@@ -12,9 +14,14 @@ use crate::pool::registry::{Backend, BackendId};
 pub(in crate::pool) struct Members {
     /// Configured, in config order.
     pub(in crate::pool) active: Vec<Backend>,
-    /// Removed by a reload, their connections not all gone yet: out of
-    /// selection, probes and snapshots.
+    /// Removed by a reload or by discovery, their connections not all
+    /// gone yet: out of selection, probes and snapshots.
     pub(in crate::pool) leaving: Vec<Backend>,
+    /// What each discover entry has found, in config order.
+    pub(in crate::pool) sources: Vec<Source>,
+    /// Saved health records (from a state file) of discovered members
+    /// not found yet: applied when a lookup brings the member back.
+    pub(in crate::pool) unclaimed: Vec<SavedBackend>,
 }
 
 impl Deref for Members {

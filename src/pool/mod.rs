@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod carry;
 pub mod close;
+pub mod discovered;
 pub mod drain;
 pub mod health;
 pub mod lag;

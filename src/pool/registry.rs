@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
 use crate::pool::drain::DrainRun;
+use crate::pool::discovered::{self, Source};
 use crate::pool::members::Members;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::pool::saved::HealthChanges;
@@ -164,6 +165,8 @@ pub struct Pool {
     handing_over: AtomicBool,
     /// Wakes the drain task: a drain started, resumed or has new work.
     pub(in crate::pool) drain_wake: Notify,
+    /// Wakes the discovery task: a reload changed what it looks up.
+    pub discover_wake: Notify,
     /// Bumped when a backend's quarantine, strikes or state changes (or
     /// membership does): what the state file writer waits on.
     pub(in crate::pool) changes: Arc<HealthChanges>,
@@ -179,6 +182,7 @@ impl Pool {
             .zip(0..)
             .map(|(b, id)| Backend::new(id, b.clone()))
             .collect();
+        let sources = config.discover.iter().cloned().map(Source::new).collect();
         Pool {
             name: config.name.clone(),
             config: ArcSwap::from_pointee(config),
@@ -186,6 +190,8 @@ impl Pool {
             backends: Mutex::new(Members {
                 active: backends,
                 leaving: Vec::new(),
+                sources,
+                unclaimed: Vec::new(),
             }),
             clients: AtomicUsize::new(0),
             rebalance_moves: AtomicU64::new(0),
@@ -194,6 +200,7 @@ impl Pool {
             own: Arc::default(),
             handing_over: AtomicBool::new(false),
             drain_wake: Notify::new(),
+            discover_wake: Notify::new(),
             changes: Arc::default(),
         }
     }
@@ -248,14 +255,33 @@ impl Pool {
     /// drained comes back with what it has left); removed ones leave
     /// selection at once and have their connections drained over the new
     /// `health.drain_spread`, the last leg kept. Settings apply to new work.
+    /// A discover entry that looks up the same thing keeps its members.
     pub fn reconfigure(&self, config: PoolConfig) {
         let now = Instant::now();
         let mut m = self.backends();
+        discovered::reconfigure_sources(&mut m, &config);
+        self.config.store(Arc::new(config));
+        let config = self.config();
+        self.set_members(&mut m, &config, now);
+        // A new entry is looked up now, not an interval later.
+        self.discover_wake.notify_one();
+    }
+
+    /// Make the pool's backends the ones `config` and the discover
+    /// entries' members name, matched by name and address. Returns the
+    /// members that joined and how many left.
+    pub(in crate::pool) fn set_members(
+        &self,
+        m: &mut Members,
+        config: &PoolConfig,
+        now: Instant,
+    ) -> (Vec<(BackendId, Arc<BackendConfig>)>, usize) {
         let mut old: Vec<Backend> = std::mem::take(&mut m.active);
         let ids = old.iter().chain(&m.leaving).map(|b| b.id + 1);
         let mut next_id = ids.max().unwrap_or(0);
-        for bc in &config.backends {
-            let same = |b: &Backend| b.config.same_backend(bc);
+        let mut added = Vec::new();
+        for bc in discovered::wanted(config, &m.sources) {
+            let same = |b: &Backend| b.config.same_backend(&bc);
             let backend = if let Some(i) = old.iter().position(same) {
                 old.swap_remove(i)
             } else if let Some(i) = m.leaving.iter().position(same) {
@@ -264,14 +290,18 @@ impl Pool {
                 b
             } else {
                 next_id += 1;
-                tracing::info!(pool = %self.name, backend = %bc.name, "backend_added");
-                Backend::new(next_id, bc.clone())
+                tracing::info!(pool = %self.name, backend = %bc.name, addr = bc.addr.as_str(), "backend_added");
+                let mut b = Backend::new(next_id, bc.clone());
+                self.claim_saved(&mut m.unclaimed, &mut b);
+                added.push((b.id, b.config.clone()));
+                b
             };
             m.active.push(Backend {
-                config: Arc::new(bc.clone()),
+                config: Arc::new(bc),
                 ..backend
             });
         }
+        let removed = old.len();
         for mut gone in old {
             tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
             if !gone.conns.is_empty() {
@@ -279,10 +309,10 @@ impl Pool {
                 m.leaving.push(gone);
             }
         }
-        self.config.store(Arc::new(config));
-        self.settle(&mut m, &self.config(), now);
+        self.settle(m, config, now);
         // Backends may have come or gone: the saved set changes with them.
         self.changes.bump();
+        (added, removed)
     }
 
     /// A client's backend leg to `backend` is up: mark it spliced (from
@@ -459,7 +489,9 @@ impl Pool {
 
     fn unregister(&self, backend: BackendId, conn: ConnId) {
         let mut m = self.backends();
-        let Members { active, leaving } = &mut *m;
+        let Members {
+            active, leaving, ..
+        } = &mut *m;
         if let Some(b) = active.iter_mut().chain(leaving.iter_mut()).find(|b| b.id == backend) {
             b.conns.remove(&conn);
             if b.drain.is_some() {

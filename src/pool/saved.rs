@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::pool::health::{BackendHealth, Quarantine, State, later};
-use crate::pool::registry::{Pool, ProbeRecord};
+use crate::pool::registry::{Backend, Pool, ProbeRecord};
 use crate::pool::snapshot::{QuarantineSnapshot, wall_time};
 
 /// One backend's health record, plain data.
@@ -137,10 +137,12 @@ impl Pool {
     }
 
     /// Every backend's health record, in config order, under one lock;
-    /// instants read as wall-clock time.
+    /// instants read as wall-clock time. Records a state file brought for
+    /// discovered members not found yet come last.
     pub fn save_health(&self) -> Vec<SavedBackend> {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        self.backends()
+        let m = self.backends();
+        let mut saved: Vec<SavedBackend> = m
             .iter()
             .map(|b| {
                 let h = &b.health;
@@ -162,7 +164,10 @@ impl Pool {
                     last_probe: b.last_probe.clone(),
                 }
             })
-            .collect()
+            .collect();
+        // Records of discovered members not found again yet stay kept.
+        saved.extend(m.unclaimed.iter().cloned());
+        saved
     }
 
     /// Put saved records back, each on the backend with the same name and
@@ -185,43 +190,71 @@ impl Pool {
     fn put_back(&self, saved: &[SavedBackend], wall_now: SystemTime, keep_ended: bool) -> usize {
         let now = Instant::now();
         let mut applied = 0;
-        let mut backends = self.backends();
-        for b in backends.iter_mut() {
+        let mut m = self.backends();
+        for b in m.active.iter_mut() {
             let Some(s) = saved
                 .iter()
                 .find(|s| s.name == b.config.name && s.addr == b.config.addr)
             else {
                 continue;
             };
-            let h = &mut b.health;
-            h.set_base(s.base);
-            h.quarantine = s
-                .quarantine
-                .filter(|q| keep_ended || q.until > wall_now)
-                .map(|q| Quarantine {
-                    until: instant_at(q.until, now, wall_now),
-                    reason: q.reason,
-                });
-            h.strikes = s.strikes;
-            h.connect_failures = s.connect_failures;
-            h.closes_at_once = s.closes_at_once;
-            h.bad_probes = s.bad_probes;
-            h.good_probes = s.good_probes;
-            h.epoch += 1;
-            b.height = s.height;
-            b.proven = s.proven;
-            b.last_probe = s.last_probe.clone();
-            let closing = s.closes_at_once > 0;
-            b.stats.closing_at_once.store(closing, Ordering::Relaxed);
+            apply_saved(b, s, now, wall_now, keep_ended);
             applied += 1;
         }
-        drop(backends);
+        if !keep_ended {
+            // A discovered member a state file knows may not have been
+            // found yet: its record waits for the lookup that finds it.
+            let entries: Vec<String> = m.sources.iter().map(|s| format!("{}/", s.config.name)).collect();
+            let waiting = saved.iter().filter(|s| {
+                entries.iter().any(|e| s.name.starts_with(e))
+                    && !m.active.iter().any(|b| b.config.name == s.name)
+            });
+            m.unclaimed = waiting.cloned().collect();
+        }
+        drop(m);
         if applied > 0 {
             // Ended windows were dropped: what a writer holds is out of date.
             self.changes.bump();
         }
         applied
     }
+
+    /// Put the record `unclaimed` holds for the new backend `b` on it.
+    pub(in crate::pool) fn claim_saved(&self, unclaimed: &mut Vec<SavedBackend>, b: &mut Backend) {
+        let Some(i) = unclaimed
+            .iter()
+            .position(|s| s.name == b.config.name && s.addr == b.config.addr)
+        else {
+            return;
+        };
+        let s = unclaimed.swap_remove(i);
+        apply_saved(b, &s, Instant::now(), SystemTime::now(), false);
+        tracing::info!(pool = %self.name, backend = %b.config.name, "state_claimed");
+    }
+}
+
+/// Put the saved record `s` on `b`: see [`Pool::restore_health`].
+fn apply_saved(b: &mut Backend, s: &SavedBackend, now: Instant, wall_now: SystemTime, keep_ended: bool) {
+    let h = &mut b.health;
+    h.set_base(s.base);
+    h.quarantine = s
+        .quarantine
+        .filter(|q| keep_ended || q.until > wall_now)
+        .map(|q| Quarantine {
+            until: instant_at(q.until, now, wall_now),
+            reason: q.reason,
+        });
+    h.strikes = s.strikes;
+    h.connect_failures = s.connect_failures;
+    h.closes_at_once = s.closes_at_once;
+    h.bad_probes = s.bad_probes;
+    h.good_probes = s.good_probes;
+    h.epoch += 1;
+    b.height = s.height;
+    b.proven = s.proven;
+    b.last_probe = s.last_probe.clone();
+    let closing = s.closes_at_once > 0;
+    b.stats.closing_at_once.store(closing, Ordering::Relaxed);
 }
 
 #[cfg(test)]

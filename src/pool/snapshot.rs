@@ -25,8 +25,24 @@ pub struct PoolSnapshot {
     pub clients: usize,
     /// Connections moved by the rebalancer since start.
     pub rebalance_moves: u64,
-    /// Backends in config order.
+    /// Backends in config order (discovered members after the static ones).
     pub backends: Vec<BackendSnapshot>,
+    /// Each discover entry: what it looks up and how its last lookup went.
+    #[serde(default)]
+    pub discovery: Vec<DiscoverySnapshot>,
+}
+
+/// One discover entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscoverySnapshot {
+    /// The entry's name.
+    pub name: String,
+    /// What it looks up.
+    pub query: String,
+    /// Its members now.
+    pub members: usize,
+    /// The last lookup: when, and why it failed (`None`: it succeeded).
+    pub last_lookup: Option<(SystemTime, Option<String>)>,
 }
 
 /// One backend: its settings' identity, health record, last probe,
@@ -39,6 +55,9 @@ pub struct BackendSnapshot {
     pub addr: String,
     /// A backup.
     pub backup: bool,
+    /// The discover entry that found it; `None` for a static backend.
+    #[serde(default)]
+    pub discovered_from: Option<String>,
     /// Where it stands.
     pub state: State,
     /// The quarantine, while it lasts (window or waiting for probes).
@@ -184,17 +203,29 @@ impl Pool {
 
     fn take_snapshot(&self, with_conns: bool) -> PoolSnapshot {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let backends = self
-            .backends()
+        let m = self.backends();
+        let backends = m
             .iter()
             .map(|b| BackendSnapshot::of(b, with_conns, now, wall))
             .collect();
+        let discovery = m
+            .sources
+            .iter()
+            .map(|s| DiscoverySnapshot {
+                name: s.config.name.clone(),
+                query: s.config.query.to_string(),
+                members: s.members.len(),
+                last_lookup: s.last_lookup.clone(),
+            })
+            .collect();
+        drop(m);
         PoolSnapshot {
             name: self.name.clone(),
             listen: self.listen().to_vec(),
             clients: self.clients(),
             rebalance_moves: self.rebalance_moves.load(Ordering::Relaxed),
             backends,
+            discovery,
         }
     }
 }
@@ -215,6 +246,7 @@ impl BackendSnapshot {
             name: b.config.name.clone(),
             addr: b.config.addr.clone(),
             backup: b.config.backup,
+            discovered_from: b.config.discovered_from.clone(),
             state: h.state(),
             quarantine: h.quarantine.map(|q| QuarantineSnapshot {
                 until: wall_time(q.until, now, wall),

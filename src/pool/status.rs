@@ -35,8 +35,26 @@ pub struct PoolStatus {
     pub listen: Vec<SocketAddr>,
     /// Live client connections.
     pub connections: usize,
-    /// Backends in config order.
+    /// Backends in config order (discovered members after the static ones).
     pub backends: Vec<BackendStatus>,
+    /// The pool's discover entries; left out when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discovery: Vec<DiscoveryStatus>,
+}
+
+/// One discover entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiscoveryStatus {
+    /// The entry's name.
+    pub name: String,
+    /// What it looks up.
+    pub query: String,
+    /// Its members now.
+    pub members: usize,
+    /// When the last lookup finished, RFC 3339 UTC.
+    pub last_lookup: Option<String>,
+    /// Why the last lookup failed; `None` when it succeeded.
+    pub error: Option<String>,
 }
 
 /// One backend.
@@ -48,6 +66,9 @@ pub struct BackendStatus {
     pub addr: String,
     /// A backup.
     pub backup: bool,
+    /// The discover entry that found it; `None` for a static backend.
+    #[serde(default)]
+    pub discovered_from: Option<String>,
     /// `healthy`, `unknown`, `lagging`, `unhealthy`, `down` or `quarantined`.
     pub state: String,
     /// Live client connections.
@@ -101,6 +122,17 @@ impl From<&PoolSnapshot> for PoolStatus {
             listen: snap.listen.clone(),
             connections: snap.clients,
             backends: snap.backends.iter().map(BackendStatus::from).collect(),
+            discovery: snap
+                .discovery
+                .iter()
+                .map(|d| DiscoveryStatus {
+                    name: d.name.clone(),
+                    query: d.query.clone(),
+                    members: d.members,
+                    last_lookup: d.last_lookup.as_ref().map(|(at, _)| rfc3339(*at)),
+                    error: d.last_lookup.as_ref().and_then(|(_, e)| e.clone()),
+                })
+                .collect(),
         }
     }
 }
@@ -111,6 +143,7 @@ impl From<&BackendSnapshot> for BackendStatus {
             name: b.name.clone(),
             addr: b.addr.clone(),
             backup: b.backup,
+            discovered_from: b.discovered_from.clone(),
             state: b.state.as_str().to_owned(),
             connections: b.connections,
             height: b.height,

@@ -6,6 +6,7 @@
 //! or runtime.
 
 pub mod chain;
+pub mod dns;
 pub mod headers;
 pub mod http;
 pub mod p2p;

@@ -95,6 +95,12 @@ impl Prober {
         self.watch(pool);
     }
 
+    /// Probe the backend `id` of `pool` that has just joined (a member
+    /// found by discovery): its first probe runs at once.
+    pub fn watch_one(&self, pool: &Arc<Pool>, id: BackendId, backend: &BackendConfig) {
+        self.subscribe(pool, id, backend);
+    }
+
     fn subscribe(&self, pool: &Arc<Pool>, id: BackendId, backend: &BackendConfig) {
         let config = pool.config();
         let h = &config.health;

@@ -6,6 +6,7 @@
 //! Layer: on everything below it (config, pool, data path, probes,
 //! operations); nothing below uses it.
 
+pub mod discover;
 pub mod drain;
 pub mod handover;
 pub mod limits;

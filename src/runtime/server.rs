@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -34,6 +34,7 @@ use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::runtime::limits;
 use crate::net::listener::{self, BindError};
+use crate::runtime::discover;
 use crate::runtime::drain;
 use crate::runtime::notify;
 use crate::runtime::rebalance;
@@ -50,6 +51,18 @@ use listen::{
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a cold start waits for the first lookups of discover entries
+/// before it accepts clients.
+const FIRST_LOOKUP_WAIT: Duration = Duration::from_secs(5);
+
+/// Wait for every receiver (a sender dropped counts as done).
+async fn all_done(all: Vec<oneshot::Receiver<()>>) {
+    for first in all {
+        // A dropped sender (the task ended) is done too.
+        let _ = first.await;
+    }
+}
 
 /// A bound instance.
 pub struct Server {
@@ -210,8 +223,19 @@ impl Server {
     /// the connections once this one serves.
     async fn serve(mut self, shutdown: impl Future<Output = ()>, heritage: Option<Heritage>) {
         let prober = Prober::new(self.tracker.clone(), self.root.clone());
+        let firsts: Vec<_> = (0..self.pools.len())
+            .map(|i| self.start_tasks(i, &prober))
+            .collect();
+        if heritage.is_none() {
+            // Discovered members before the first client, within a bound:
+            // a DNS outage at start-up delays serving, never stops it.
+            let all = all_done(firsts);
+            if tokio::time::timeout(FIRST_LOOKUP_WAIT, all).await.is_err() {
+                warn!(waited_ms = FIRST_LOOKUP_WAIT.as_millis() as u64, "discovery_slow");
+            }
+        }
         for i in 0..self.pools.len() {
-            self.start_pool(i, &prober);
+            start_accepting(&mut self.pools[i], &self.shared, &self.workers);
         }
         if let Some((l, allow)) = self.admin.take() {
             let (control, token) = (self.control.clone(), self.root.clone());
@@ -275,12 +299,21 @@ impl Server {
         }
     }
 
-    fn start_pool(&mut self, i: usize, prober: &Prober) {
-        let run = &mut self.pools[i];
-        prober.watch(&run.pool);
-        self.tracker.spawn(rebalance::run(run.pool.clone()));
-        self.tracker.spawn(drain::run(run.pool.clone()));
-        start_accepting(run, &self.shared, &self.workers);
+    /// Start pool `i`'s probes, clocks and discovery (not its accept
+    /// loops); the receiver is told when its first lookups are done.
+    fn start_tasks(&mut self, i: usize, prober: &Prober) -> oneshot::Receiver<()> {
+        let pool = self.pools[i].pool.clone();
+        self.spawn_pool_tasks(&pool, prober)
+    }
+
+    fn spawn_pool_tasks(&self, pool: &Arc<Pool>, prober: &Prober) -> oneshot::Receiver<()> {
+        prober.watch(pool);
+        self.tracker.spawn(rebalance::run(pool.clone()));
+        self.tracker.spawn(drain::run(pool.clone()));
+        let (tell, first) = oneshot::channel();
+        self.tracker
+            .spawn(discover::run(pool.clone(), prober.clone(), tell));
+        first
     }
 
     /// Re-read the config file and apply it. Everything that can fail
@@ -347,9 +380,8 @@ impl Server {
                     let pool = Arc::new(pool);
                     let listens = adopt(&pool, bound);
                     info!(pool = %pc.name, "pool_added");
-                    prober.watch(&pool);
-                    self.tracker.spawn(rebalance::run(pool.clone()));
-                    self.tracker.spawn(drain::run(pool.clone()));
+                    // Its first clients may come before its first lookup.
+                    drop(self.spawn_pool_tasks(&pool, prober));
                     PoolRun { pool, listens }
                 }
             };

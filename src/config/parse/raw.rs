@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::discover::ResolverAddr;
 use super::values::{
     Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, MagicHex, OneOrMany, PoolName, RawBackend,
 };
@@ -62,6 +63,7 @@ pub(super) struct RawSettings {
     pub(super) rebalance: Option<RawRebalance>,
     pub(super) quarantine: Option<RawQuarantine>,
     pub(super) health: Option<RawHealth>,
+    pub(super) discovery: Option<RawDiscovery>,
 }
 
 // The settings keys are repeated rather than `#[serde(flatten)]`ed:
@@ -83,6 +85,15 @@ pub(super) struct RawPool {
     pub(super) rebalance: Option<RawRebalance>,
     pub(super) quarantine: Option<RawQuarantine>,
     pub(super) health: Option<RawHealth>,
+    pub(super) discovery: Option<RawDiscovery>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `discovery` mapping")]
+pub(super) struct RawDiscovery {
+    pub(super) interval: Option<PosDur>,
+    pub(super) hold: Option<AnyDur>,
+    pub(super) resolver: Option<ResolverAddr>,
 }
 
 #[derive(Deserialize, Clone, Default)]
@@ -180,6 +191,17 @@ impl Merge for RawSettings {
             rebalance: merge(self.rebalance, d.rebalance),
             quarantine: merge(self.quarantine, d.quarantine),
             health: merge(self.health, d.health),
+            discovery: merge(self.discovery, d.discovery),
+        }
+    }
+}
+
+impl Merge for RawDiscovery {
+    fn or(self, d: Self) -> Self {
+        RawDiscovery {
+            interval: self.interval.or(d.interval),
+            hold: self.hold.or(d.hold),
+            resolver: self.resolver.or(d.resolver),
         }
     }
 }

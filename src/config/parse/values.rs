@@ -10,7 +10,8 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::config::SecretUrl;
+use super::discover::{DiscoverTarget, ResolverAddr};
+use crate::config::{ProbeTemplate, SecretUrl};
 
 /// A value read from one YAML scalar. serde_yaml hands any scalar to
 /// `deserialize_str` as its source text, so `9333` or `fbc0b6db` arrive here too.
@@ -59,6 +60,8 @@ scalar_deserialize!(
     BackendName,
     MagicHex,
     ProbeUrl,
+    DiscoverTarget,
+    ResolverAddr,
 );
 
 /// The longest duration a config value may hold.
@@ -262,21 +265,30 @@ impl FromScalar for MagicHex {
     }
 }
 
-/// An http(s) URL for a backend's REST twin. Errors never echo the input:
-/// it may carry credentials.
+/// An http(s) URL for a backend's REST twin, or for a discover entry a
+/// template of one (`{ip}`, `{port}`). Errors never echo the input: it may
+/// carry credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ProbeUrl(pub(super) SecretUrl);
+pub(super) enum ProbeUrl {
+    /// One URL.
+    Url(SecretUrl),
+    /// Each member's URL.
+    Template(ProbeTemplate),
+}
 
 impl FromScalar for ProbeUrl {
     const EXPECTING: &'static str = "an http or https URL";
 
     fn from_scalar(s: &str) -> Result<Self, String> {
+        if super::discover::is_template(s) {
+            return super::discover::template(s).map(ProbeUrl::Template);
+        }
         let url = url::Url::parse(s.trim()).map_err(|e| format!("probe_url is not a URL: {e}"))?;
         let url = SecretUrl(url);
         if !matches!(url.expose().scheme(), "http" | "https") {
             return Err(format!("probe_url `{url}` must be an http or https URL"));
         }
-        Ok(ProbeUrl(url))
+        Ok(ProbeUrl::Url(url))
     }
 }
 
@@ -344,7 +356,10 @@ impl<'de, T: FromScalar + Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct RawBackend {
     pub(super) name: Option<BackendName>,
-    pub(super) addr: HostPort,
+    /// Where it is; `None` for a discover entry.
+    pub(super) addr: Option<HostPort>,
+    /// What to look up instead of an `addr`.
+    pub(super) discover: Option<DiscoverTarget>,
     pub(super) backup: bool,
     pub(super) probe_url: Option<ProbeUrl>,
 }
@@ -354,7 +369,8 @@ pub(super) struct RawBackend {
 #[serde(deny_unknown_fields)]
 struct LongBackend {
     name: Option<BackendName>,
-    addr: HostPort,
+    addr: Option<HostPort>,
+    discover: Option<DiscoverTarget>,
     backup: Option<bool>,
     probe_url: Option<ProbeUrl>,
 }
@@ -368,14 +384,15 @@ impl<'de> Deserialize<'de> for RawBackend {
             type Value = RawBackend;
 
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("`host:port` or a mapping with `addr` and optional `name`, `backup`, `probe_url`")
+                f.write_str("`host:port` or a mapping with `addr` (or `discover`) and optional `name`, `backup`, `probe_url`")
             }
 
             fn visit_str<E: de::Error>(self, s: &str) -> Result<RawBackend, E> {
                 let addr = HostPort::from_scalar(s).map_err(E::custom)?;
                 Ok(RawBackend {
                     name: None,
-                    addr,
+                    addr: Some(addr),
+                    discover: None,
                     backup: false,
                     probe_url: None,
                 })
@@ -386,6 +403,7 @@ impl<'de> Deserialize<'de> for RawBackend {
                 Ok(RawBackend {
                     name: long.name,
                     addr: long.addr,
+                    discover: long.discover,
                     backup: long.backup.unwrap_or(false),
                     probe_url: long.probe_url,
                 })

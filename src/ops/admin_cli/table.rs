@@ -64,6 +64,22 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
             .collect();
         let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
     }
+    for d in &pool.discovery {
+        let last = match (&d.last_lookup, &d.error) {
+            (None, _) => "not looked up yet".to_owned(),
+            (Some(at), None) => format!("last lookup ok {} ago", ago(at, now)),
+            (Some(at), Some(e)) => format!("last lookup failed {} ago: {e}; members kept", ago(at, now)),
+        };
+        let _ = writeln!(
+            out,
+            "  discovered {} from {}: {} members, {last}",
+            d.name, d.query, d.members
+        );
+    }
+}
+
+fn ago(at: &str, now: SystemTime) -> String {
+    parse(at).map_or_else(|| at.to_owned(), |at| age(at, now))
 }
 
 fn row(b: &BackendStatus, now: SystemTime) -> [String; 8] {
@@ -129,13 +145,14 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::status::{ProbeStatus, QuarantineStatus};
+    use crate::pool::status::{DiscoveryStatus, ProbeStatus, QuarantineStatus};
 
     fn backend(name: &str) -> BackendStatus {
         BackendStatus {
             name: name.to_owned(),
             addr: "127.0.0.1:1".to_owned(),
             backup: false,
+            discovered_from: None,
             state: "healthy".to_owned(),
             connections: 12,
             height: Some(2_700_000),
@@ -170,6 +187,15 @@ mod tests {
                 listen: vec!["127.0.0.1:9333".parse().unwrap()],
                 connections: 12,
                 backends: vec![backend("a"), q],
+                discovery: vec![
+                    DiscoveryStatus {
+                        name: "ltc".to_owned(),
+                        query: "nodes.test:9333".to_owned(),
+                        members: 3,
+                        last_lookup: Some("2026-01-01T00:00:25Z".to_owned()),
+                        error: Some("no records found".to_owned()),
+                    },
+                ],
             }],
         };
         let now = humantime::parse_rfc3339("2026-01-01T00:00:30Z").unwrap();
@@ -197,6 +223,12 @@ mod tests {
         assert!(
             b.contains("manual until 2026-01-01T00:10:30Z (10m left)"),
             "{b}"
+        );
+        assert!(
+            text.contains(
+                "discovered ltc from nodes.test:9333: 3 members, last lookup failed 5s ago: no records found; members kept"
+            ),
+            "{text}"
         );
         assert_eq!(bytes(0), "0 B");
     }

@@ -1,0 +1,279 @@
+//! Members found through DNS: what each discover entry's lookups have
+//! found and when each member was last in a successful answer, and the
+//! rule that turns that into the pool's backends.
+//!
+//! A failed lookup never reaches the pool: the runtime keeps the last good
+//! set by not calling [`Pool::apply_lookup`]. A successful answer refreshes
+//! every member it names; a member missing from successful answers for
+//! `discovery.hold` is removed (its connections drained as on a reload); one
+//! that comes back within `hold` never left, so it keeps its connections and
+//! its health record. Membership changes go through the same path as a
+//! reload ([`Pool::set_members`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::config::{BackendConfig, DiscoverConfig, Found, PoolConfig};
+use crate::pool::members::Members;
+use crate::pool::registry::{BackendId, Pool};
+
+/// What one discover entry has found so far.
+#[derive(Debug)]
+pub(in crate::pool) struct Source {
+    /// The entry, as configured now.
+    pub(in crate::pool) config: DiscoverConfig,
+    /// Its members by key (the name after `<entry>/`), with the last time
+    /// a successful answer named them.
+    pub(in crate::pool) members: BTreeMap<String, (Found, Instant)>,
+    /// A lookup has succeeded since the entry was configured.
+    pub(in crate::pool) answered: bool,
+    /// The last lookup: when, and why it failed (`None`: it succeeded).
+    pub(in crate::pool) last_lookup: Option<(SystemTime, Option<String>)>,
+}
+
+impl Source {
+    pub(in crate::pool) fn new(config: DiscoverConfig) -> Source {
+        Source {
+            config,
+            members: BTreeMap::new(),
+            answered: false,
+            last_lookup: None,
+        }
+    }
+}
+
+/// What a successful lookup changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LookupChange {
+    /// Members that joined: their ids and settings (to probe at once).
+    pub added: Vec<(BackendId, Arc<BackendConfig>)>,
+    /// Members removed after `hold`.
+    pub removed: usize,
+    /// Members of the entry now.
+    pub members: usize,
+    /// The lookup before this one had failed.
+    pub recovered: bool,
+}
+
+/// One entry's members as a live upgrade carries them: each with how long
+/// ago a successful answer last named it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedSource {
+    /// The entry's name.
+    pub name: String,
+    /// What it looks up (as written in the config).
+    pub query: String,
+    /// Its members.
+    pub members: Vec<CarriedMember>,
+}
+
+/// One carried member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedMember {
+    /// What the lookup found.
+    pub found: Found,
+    /// Milliseconds since a successful answer last named it.
+    pub seen_ms_ago: u64,
+}
+
+/// The backends `config` and `sources` make: the static ones in config
+/// order, then each discover entry's members in key order.
+pub(in crate::pool) fn wanted(config: &PoolConfig, sources: &[Source]) -> Vec<BackendConfig> {
+    let mut out = config.backends.clone();
+    for entry in &config.discover {
+        let Some(source) = sources.iter().find(|s| s.config.name == entry.name) else {
+            continue;
+        };
+        out.extend(source.members.values().map(|(f, _)| entry.member(f)));
+    }
+    out
+}
+
+/// The sources `config` asks for, keeping what `old` found for an entry
+/// that looks up the same thing (its settings may have changed).
+pub(in crate::pool) fn follow(config: &PoolConfig, old: Vec<Source>) -> Vec<Source> {
+    let mut old = old;
+    config
+        .discover
+        .iter()
+        .map(|entry| match old.iter().position(|s| s.config.same_source(entry)) {
+            Some(i) => Source {
+                config: entry.clone(),
+                ..old.swap_remove(i)
+            },
+            None => Source::new(entry.clone()),
+        })
+        .collect()
+}
+
+/// Put `found` into `source` at `now`; drop members missing for `hold`.
+/// True when the set of members (or one's address) changed.
+fn merge(source: &mut Source, found: Vec<Found>, now: Instant, hold: Duration) -> bool {
+    let mut changed = false;
+    let mut named = Vec::with_capacity(found.len());
+    for f in found {
+        named.push(f.key.clone());
+        match source.members.get_mut(&f.key) {
+            Some((known, seen)) => {
+                *seen = now;
+                if *known != f {
+                    *known = f;
+                    changed = true;
+                }
+            }
+            None => {
+                source.members.insert(f.key.clone(), (f, now));
+                changed = true;
+            }
+        }
+    }
+    let before = source.members.len();
+    source
+        .members
+        .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < hold);
+    source.answered = true;
+    source.last_lookup = Some((SystemTime::now(), None));
+    changed || source.members.len() != before
+}
+
+impl Pool {
+    /// Apply a successful lookup of the discover entry `entry` made at
+    /// `now`: `found` is every member the answer names. `None` when the
+    /// entry is no longer configured (a reload raced the lookup).
+    pub fn apply_lookup(&self, entry: &str, found: Vec<Found>, now: Instant) -> Option<LookupChange> {
+        let config = self.config();
+        let hold = config.discovery.hold;
+        let mut m = self.backends();
+        let source = m.sources.iter_mut().find(|s| s.config.name == entry)?;
+        let first = !source.answered;
+        let recovered = matches!(source.last_lookup, Some((_, Some(_))));
+        let changed = merge(source, found, now, hold);
+        let members = source.members.len();
+        if first {
+            // The records a state file kept for members it did not name
+            // are of nodes that are gone.
+            let prefix = format!("{entry}/");
+            let keys: Vec<String> = source.members.keys().map(|k| format!("{prefix}{k}")).collect();
+            m.unclaimed
+                .retain(|s| !s.name.starts_with(&prefix) || keys.contains(&s.name));
+        }
+        if !changed {
+            return Some(LookupChange {
+                members,
+                recovered,
+                ..LookupChange::default()
+            });
+        }
+        let (added, removed) = self.set_members(&mut m, &config, now);
+        let change = LookupChange {
+            added,
+            removed,
+            members,
+            recovered,
+        };
+        info!(
+            pool = %self.name, name = entry, added = change.added.len(),
+            removed = change.removed, members, "discovered"
+        );
+        Some(change)
+    }
+
+    /// A lookup of `entry` failed with `error`: nothing changes but what
+    /// `/status` shows of it. True when the one before had not failed, or
+    /// failed for another reason (worth a log line).
+    pub fn lookup_failed(&self, entry: &str, error: &str) -> bool {
+        let mut m = self.backends();
+        let Some(source) = m.sources.iter_mut().find(|s| s.config.name == entry) else {
+            return false;
+        };
+        let news = !matches!(&source.last_lookup, Some((_, Some(e))) if e == error);
+        source.last_lookup = Some((SystemTime::now(), Some(error.to_owned())));
+        news
+    }
+
+    /// Each discover entry's members, for a live upgrade to carry.
+    pub fn carry_sources(&self) -> Vec<CarriedSource> {
+        let now = Instant::now();
+        self.backends()
+            .sources
+            .iter()
+            .map(|s| CarriedSource {
+                name: s.config.name.clone(),
+                query: s.config.query.to_string(),
+                members: s
+                    .members
+                    .values()
+                    .map(|(found, seen)| CarriedMember {
+                        found: found.clone(),
+                        seen_ms_ago: now.saturating_duration_since(*seen).as_millis() as u64,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Take the members an upgrade carried for the entries this config
+    /// still has (same name, same lookup); returns how many. Run before
+    /// the health records are put back, which find them by name.
+    pub fn take_carried_sources(&self, carried: &[CarriedSource]) -> usize {
+        let config = self.config();
+        let now = Instant::now();
+        let mut m = self.backends();
+        let mut taken = 0;
+        for source in &mut m.sources {
+            let q = source.config.query.to_string();
+            let Some(c) = carried.iter().find(|c| c.name == source.config.name && c.query == q)
+            else {
+                continue;
+            };
+            for member in &c.members {
+                let seen = now
+                    .checked_sub(Duration::from_millis(member.seen_ms_ago))
+                    .unwrap_or(now);
+                source
+                    .members
+                    .insert(member.found.key.clone(), (member.found.clone(), seen));
+            }
+            source.answered = true;
+            taken += c.members.len();
+        }
+        if taken > 0 {
+            self.set_members(&mut m, &config, now);
+        }
+        taken
+    }
+
+    /// The members the discover entry `entry` has now.
+    pub fn members_of(&self, entry: &str) -> Vec<Found> {
+        self.backends()
+            .sources
+            .iter()
+            .find(|s| s.config.name == entry)
+            .map(|s| s.members.values().map(|(f, _)| f.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// How many members each discover entry has, in config order.
+    pub fn discovered_counts(&self) -> Vec<(String, usize)> {
+        self.backends()
+            .sources
+            .iter()
+            .map(|s| (s.config.name.clone(), s.members.len()))
+            .collect()
+    }
+}
+
+/// Keep `m`'s sources in step with `config` (a reload).
+pub(in crate::pool) fn reconfigure_sources(m: &mut Members, config: &PoolConfig) {
+    let old = std::mem::take(&mut m.sources);
+    m.sources = follow(config, old);
+}
+
+#[cfg(test)]
+#[path = "discovered_tests.rs"]
+mod tests;
