@@ -144,7 +144,11 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
             DiscoverQuery::Addrs { .. } => "A/AAAA",
             DiscoverQuery::Srv(_) => "SRV",
         };
-        write!(out, "    - {}/* discovered from {} ({kind})", d.name, d.query)?;
+        write!(
+            out,
+            "    - {}/* discovered from {} ({kind})",
+            d.name, d.query
+        )?;
         if d.backup {
             write!(out, " (backup)")?;
         }

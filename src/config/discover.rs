@@ -57,8 +57,10 @@ impl fmt::Display for DiscoverQuery {
 }
 
 /// The address a template is checked and shown with (TEST-NET-1).
-pub(crate) const SAMPLE: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)), 65535);
+pub(crate) const SAMPLE: SocketAddr = SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)),
+    65535,
+);
 
 /// A probe URL with `{ip}` (IPv6 in brackets) and `{port}` standing for a
 /// member's address; checked at load time with a sample address.
@@ -103,7 +105,9 @@ impl fmt::Debug for ProbeTemplate {
 }
 
 /// One member a lookup found: what a backend is made of.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Found {
     /// The part of the member's name after `<entry>/`: `ip:port`, or
     /// `target:port` for SRV.

@@ -357,13 +357,13 @@ fn build_backends(at: &str, raw: Vec<RawBackend>, probe: ProbeKind) -> Result<Ba
             (None, Some(addr)) => Some((addr.0.clone(), path.clone())),
             (None, None) => None,
         };
-        if let Some((name, name_path)) = &name {
-            if let Some(first) = seen.insert(name.clone(), j) {
-                return invalid(
-                    name_path,
-                    format!("duplicate backend name `{name}` (also backends[{first}])"),
-                );
-            }
+        if let Some((name, name_path)) = &name
+            && let Some(first) = seen.insert(name.clone(), j)
+        {
+            return invalid(
+                name_path,
+                format!("duplicate backend name `{name}` (also backends[{first}])"),
+            );
         }
         match (b.addr, b.discover) {
             (Some(addr), None) => {
@@ -420,10 +420,7 @@ fn build_backends(at: &str, raw: Vec<RawBackend>, probe: ProbeKind) -> Result<Ba
                 });
             }
             (Some(_), Some(_)) => {
-                return invalid(
-                    path,
-                    "a backend has either `addr` or `discover`, not both",
-                );
+                return invalid(path, "a backend has either `addr` or `discover`, not both");
             }
             (None, None) => {
                 return invalid(path, "a backend needs `addr` (or `discover`)");

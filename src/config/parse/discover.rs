@@ -25,7 +25,9 @@ impl FromScalar for DiscoverTarget {
             return srv(s).map(|()| DiscoverTarget(DiscoverQuery::Srv(s.to_owned())));
         }
         let bad = |why: &str| {
-            format!("`{s}` is not a name to discover: {why}; write `host:port` or `_service._proto.name`")
+            format!(
+                "`{s}` is not a name to discover: {why}; write `host:port` or `_service._proto.name`"
+            )
         };
         let Some((host, port)) = s.rsplit_once(':') else {
             return Err(bad("no port"));
@@ -35,7 +37,9 @@ impl FromScalar for DiscoverTarget {
             _ => return Err(bad("the port must be a number from 1 to 65535")),
         };
         if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
-            return Err(bad("an IP address is not looked up; list it as a static backend"));
+            return Err(bad(
+                "an IP address is not looked up; list it as a static backend",
+            ));
         }
         dns_name(host).map_err(|why| bad(&why))?;
         Ok(DiscoverTarget(DiscoverQuery::Addrs {
@@ -127,9 +131,9 @@ pub(in crate::config) fn template(s: &str) -> Result<ProbeTemplate, String> {
             "probe_url `{t}` of a discover entry must name each member's address with `{{ip}}`, like `http://{{ip}}:9130/api/`"
         ));
     }
-    let url = t
-        .fill(SAMPLE)
-        .ok_or_else(|| format!("probe_url `{t}` is not a URL once `{{ip}}` and `{{port}}` are filled in"))?;
+    let url = t.fill(SAMPLE).ok_or_else(|| {
+        format!("probe_url `{t}` is not a URL once `{{ip}}` and `{{port}}` are filled in")
+    })?;
     if !matches!(url.expose().scheme(), "http" | "https") {
         return Err(format!("probe_url `{t}` must be an http or https URL"));
     }
@@ -143,10 +147,19 @@ mod tests {
     #[test]
     fn names_to_discover_are_checked() {
         let ok = |s: &str| DiscoverTarget::from_scalar(s).map(|t| t.0.to_string());
-        assert_eq!(ok("nodes.example.net:9333").unwrap(), "nodes.example.net:9333");
+        assert_eq!(
+            ok("nodes.example.net:9333").unwrap(),
+            "nodes.example.net:9333"
+        );
         assert_eq!(ok("litecoind:9333").unwrap(), "litecoind:9333");
-        assert_eq!(ok("_p2p._tcp.example.net").unwrap(), "_p2p._tcp.example.net");
-        assert_eq!(ok("_p2p._tcp.example.net.").unwrap(), "_p2p._tcp.example.net.");
+        assert_eq!(
+            ok("_p2p._tcp.example.net").unwrap(),
+            "_p2p._tcp.example.net"
+        );
+        assert_eq!(
+            ok("_p2p._tcp.example.net.").unwrap(),
+            "_p2p._tcp.example.net."
+        );
         for bad in [
             "nodes.example.net",
             "nodes.example.net:0",
@@ -177,7 +190,10 @@ mod tests {
     #[test]
     fn a_template_must_name_the_member() {
         assert!(template("http://{ip}:9130/api/").is_ok());
-        assert!(template("http://[{ip}]:9130/").is_err(), "double brackets are no URL");
+        assert!(
+            template("http://[{ip}]:9130/").is_err(),
+            "double brackets are no URL"
+        );
         assert!(template("http://node:9130/api/").is_err());
         assert!(template("ftp://{ip}/").is_err());
     }

@@ -255,7 +255,19 @@ const BACKEND_RULES: &[(&str, &str, &str)] = &[
     ("[{ addr: \"::1:9333\" }]", "pools[0].backends[0].addr", "brackets"),
     ("[{ addr: \"[zz]:9333\" }]", "pools[0].backends[0].addr", "IPv6"),
     ("[{ addr: \"a b:1\" }]", "pools[0].backends[0].addr", "letters, digits"),
-    ("[{ name: x }]", "pools[0].backends[0]", "missing field `addr`"),
+    ("[{ name: x }]", "pools[0].backends[0]", "needs `addr` (or `discover`)"),
+    ("[{ discover: \"n.test:9333\" }]", "pools[0].backends[0]", "needs a `name`"),
+    ("[{ name: x, addr: h:1, discover: \"n.test:9333\" }]", "pools[0].backends[0]", "not both"),
+    ("[{ name: x, discover: \"n.test\" }]", "pools[0].backends[0].discover", "no port"),
+    ("[{ name: x, discover: \"n.test:port\" }]", "pools[0].backends[0].discover", "1 to 65535"),
+    ("[{ name: x, discover: \"127.0.0.1:9333\" }]", "pools[0].backends[0].discover", "static backend"),
+    ("[{ name: x, discover: \"_p2p.n.test\" }]", "pools[0].backends[0].discover", "_p2p._tcp"),
+    ("[{ name: x, discover: \"_p2p._tcp.n.test:1\" }]", "pools[0].backends[0].discover", "carries the port"),
+    ("[{ name: x, discover: \"a..b:1\" }]", "pools[0].backends[0].discover", "empty label"),
+    ("[h:1, { name: h:1, discover: \"n.test:1\" }]", "pools[0].backends[1].name", "duplicate"),
+    ("[{ name: x, discover: \"n.test:1\", probe_url: \"http://n/\" }]", "pools[0].backends[0].probe_url", "`{ip}`"),
+    ("[{ addr: h:1, probe_url: \"http://{ip}:1/\" }]", "pools[0].backends[0].probe_url", "one URL"),
+    ("[{ name: x, discover: \"n.test:1\", probe_url: \"ftp://{ip}/\" }]", "pools[0].backends[0].probe_url", "http or https"),
     ("[{ addr: h:1, bogus: 1 }]", "pools[0].backends[0].bogus", "expected one of `name`"),
     ("[h:1, h:2, h:1]", "pools[0].backends[2]", "duplicate backend name `h:1`"),
     ("[{name: a, addr: h:1}, {name: a, addr: h:2}]", "pools[0].backends[1].name", "`a`"),
@@ -268,6 +280,9 @@ const BACKEND_RULES: &[(&str, &str, &str)] = &[
 #[rustfmt::skip]
 const FILE_RULES: &[(&str, &str, &str)] = &[
     ("$POOL\nbogus: 1", "bogus", "unknown field `bogus`"),
+    ("defaults:\n  discovery: { resolver: dns.test }\n$POOL", "defaults.discovery.resolver", "not a DNS server"),
+    ("defaults:\n  discovery: { interval: 0s }\n$POOL", "defaults.discovery.interval", "more than 0s"),
+    ("defaults:\n  discovery: { bogus: 1 }\n$POOL", "defaults.discovery.bogus", "unknown field"),
     ("defaults:\n  keepalive: { bogus: 1 }\n$POOL", "defaults.keepalive.bogus", "unknown field"),
     ("defaults:\n  quarantine: { max: 1m }\n$POOL", "defaults.quarantine.max", "shorter than"),
     ("defaults:\n  connect_timeout: 0s\n$POOL", "defaults.connect_timeout", "more than 0s"),
@@ -432,4 +447,49 @@ fn state_file_is_a_path_to_a_file() {
         "names no file",
     );
     rejects(&format!("state_file: [a]\n{POOL}"), "state_file", "");
+}
+
+#[test]
+fn discover_entries_and_discovery_settings_are_read() {
+    let c = ok(
+        "defaults:\n  discovery: { interval: 10s, resolver: 127.0.0.1:5353 }\n\
+                pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    discovery: { hold: 1m }\n    \
+                backends:\n      - h:1\n      - { name: ltc, discover: \"nodes.test:9333\", probe_url: \"http://{ip}:9130/api/\" }\n      \
+                - { name: srv, discover: \"_p2p._tcp.nodes.test\", backup: true }\n",
+    );
+    let p = &c.pools[0];
+    assert_eq!(p.backends.len(), 1, "only the static one is a backend");
+    assert_eq!(p.discover.len(), 2);
+    let (ltc, srv) = (&p.discover[0], &p.discover[1]);
+    assert_eq!(ltc.name, "ltc");
+    assert_eq!(
+        ltc.query,
+        crate::config::DiscoverQuery::Addrs {
+            host: "nodes.test".into(),
+            port: 9333
+        }
+    );
+    assert_eq!(
+        ltc.probe_url.as_ref().unwrap().to_string(),
+        "http://{ip}:9130/api/"
+    );
+    assert_eq!(
+        srv.query,
+        crate::config::DiscoverQuery::Srv("_p2p._tcp.nodes.test".into())
+    );
+    assert!(srv.backup);
+    assert_eq!(
+        p.discovery.interval,
+        Duration::from_secs(10),
+        "from defaults"
+    );
+    assert_eq!(p.discovery.hold, Duration::from_secs(60), "the pool's own");
+    assert_eq!(
+        p.discovery.resolver,
+        Some("127.0.0.1:5353".parse().unwrap())
+    );
+    let plain = ok(POOL);
+    assert_eq!(plain.pools[0].discovery.interval, Duration::from_secs(30));
+    assert_eq!(plain.pools[0].discovery.hold, Duration::from_secs(300));
+    assert_eq!(plain.pools[0].discovery.resolver, None);
 }
