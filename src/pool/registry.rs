@@ -16,7 +16,7 @@
 //! drained (see [`drain`](crate::pool::drain)); their leases unregister
 //! there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -276,14 +276,18 @@ impl Pool {
         config: &PoolConfig,
         now: Instant,
     ) -> (Vec<(BackendId, Arc<BackendConfig>)>, usize) {
-        let mut old: Vec<Backend> = std::mem::take(&mut m.active);
-        let ids = old.iter().chain(&m.leaving).map(|b| b.id + 1);
+        let ids = m.active.iter().chain(&m.leaving).map(|b| b.id + 1);
         let mut next_id = ids.max().unwrap_or(0);
+        // By name and address: a lookup of a thousand members stays linear.
+        let mut old: HashMap<(String, String), Backend> = std::mem::take(&mut m.active)
+            .into_iter()
+            .map(|b| ((b.config.name.clone(), b.config.addr.clone()), b))
+            .collect();
         let mut added = Vec::new();
         for bc in discovered::wanted(config, &m.sources) {
             let same = |b: &Backend| b.config.same_backend(&bc);
-            let backend = if let Some(i) = old.iter().position(same) {
-                old.swap_remove(i)
+            let backend = if let Some(b) = old.remove(&(bc.name.clone(), bc.addr.clone())) {
+                b
             } else if let Some(i) = m.leaving.iter().position(same) {
                 let mut b = m.leaving.swap_remove(i);
                 self.stop_drain(&mut b);
@@ -302,6 +306,8 @@ impl Pool {
             });
         }
         let removed = old.len();
+        let mut old: Vec<Backend> = old.into_values().collect();
+        old.sort_by_key(|b| b.id);
         for mut gone in old {
             tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
             if !gone.conns.is_empty() {
