@@ -72,10 +72,12 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
     writeln!(out, "  allow: {allow}")?;
     writeln!(
         out,
-        "  connect_timeout: {}, idle_timeout: {}, max_connections: {}",
+        "  connect_timeout: {}, idle_timeout: {}, max_connections: {}, per source: {}",
         dur(pool.connect_timeout),
         pool.idle_timeout.map_or_else(|| "never".to_owned(), dur),
-        pool.max_connections
+        pool.max_connections,
+        pool.max_connections_per_source
+            .map_or_else(|| "no limit".to_owned(), |n| n.to_string())
     )?;
     let k = &pool.keepalive;
     writeln!(
@@ -116,6 +118,9 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
     }
     if matches!(h.probe, ProbeKind::BitcoinP2p | ProbeKind::Blockbook) {
         write!(out, ", max_lag_blocks {}", h.max_lag_blocks)?;
+    }
+    if let Some(t) = h.stall_timeout {
+        write!(out, ", stall_timeout {}", dur(t))?;
     }
     write!(out, ", fall {}, rise {}, ", h.fall, h.rise)?;
     match (h.drain, h.drain_spread.is_zero()) {

@@ -84,6 +84,9 @@ pub struct PoolConfig {
     pub idle_timeout: Option<Duration>,
     /// Live client connections allowed in this pool.
     pub max_connections: usize,
+    /// Live client connections allowed from one client address (IPv4 /32,
+    /// IPv6 /64); `None` = no limit (`0` in the file).
+    pub max_connections_per_source: Option<usize>,
     /// Rebalance tick settings.
     pub rebalance: RebalanceConfig,
     /// Quarantine window settings.
@@ -163,6 +166,9 @@ pub struct HealthConfig {
     /// evenly over this window (zero: all at once). A `down` backend is
     /// always drained at once.
     pub drain_spread: Duration,
+    /// A backend whose clients' connections received nothing from it this
+    /// long, while another usable backend's did, is `stalled`; `None` = off.
+    pub stall_timeout: Option<Duration>,
 }
 
 /// How a backend is probed.

@@ -229,6 +229,7 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         keepalive: raw.keepalive,
         idle_timeout: raw.idle_timeout,
         max_connections: raw.max_connections,
+        max_connections_per_source: raw.max_connections_per_source,
         rebalance: raw.rebalance,
         quarantine: raw.quarantine,
         health: raw.health,
@@ -288,6 +289,7 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         },
         idle_timeout: s.idle_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
         max_connections: s.max_connections.map_or(MAX_CONNECTIONS, NonZeroUsize::get),
+        max_connections_per_source: s.max_connections_per_source.filter(|&n| n > 0),
         rebalance: RebalanceConfig {
             interval: rebalance.interval.map_or(Some(REBALANCE_INTERVAL), |d| {
                 Some(d.0).filter(|d| !d.is_zero())
@@ -334,6 +336,7 @@ fn build_health(h: RawHealth) -> HealthConfig {
         rise: h.rise.map_or(RISE, NonZeroU32::get),
         drain: h.drain.unwrap_or(DRAIN),
         drain_spread: h.drain_spread.map_or(DRAIN_SPREAD, |d| d.0),
+        stall_timeout: h.stall_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
     }
 }
 

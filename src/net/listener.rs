@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
+use crate::pool::admission::Refused;
 use crate::pool::registry::Pool;
 use crate::net::reject_fold::{Reject, RejectLog};
 use crate::net::freeze::Freezer;
@@ -168,9 +169,10 @@ fn admit(
         reject(Reject::AllowList);
         return;
     }
-    let Some(admission) = pool.admit() else {
-        reject(Reject::MaxConnections);
-        return;
+    let admission = match pool.admit_from(peer.ip()) {
+        Ok(admission) => admission,
+        Err(Refused::MaxConnections) => return reject(Reject::MaxConnections),
+        Err(Refused::PerSource) => return reject(Reject::PerSource),
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");
     // Spawned directly: a wrapping future would enlarge every connection's task.

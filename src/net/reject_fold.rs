@@ -23,6 +23,8 @@ pub enum Reject {
     AllowList,
     /// The pool is at `max_connections`.
     MaxConnections,
+    /// The client's address is at `max_connections_per_source`.
+    PerSource,
 }
 
 impl Reject {
@@ -31,6 +33,7 @@ impl Reject {
         match self {
             Reject::AllowList => "allow_list",
             Reject::MaxConnections => "max_connections",
+            Reject::PerSource => "per_source",
         }
     }
 }

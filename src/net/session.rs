@@ -15,7 +15,8 @@ use crate::net::connect::{self, ConnectError};
 use crate::net::freeze::{ConnMeta, Freezer, Frozen};
 use crate::net::splice::SpliceState;
 use crate::pool::close::{CloseReason, Closer};
-use crate::pool::registry::{Admission, BackendId, ConnEntry, ConnId, Lease, Pool, Target};
+use crate::pool::admission::Admission;
+use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 use crate::net::sockopt;
 use crate::net::splice;
 
@@ -95,7 +96,7 @@ pub fn resume(
         started: wall,
         closer: closer.clone(),
     };
-    let admission = (pool.admit_carried(), slot);
+    let admission = (pool.admit_carried(peer.ip()), slot);
     let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
         info!(
             pool = %pool.name, backend = %name, conn, client = %peer,

@@ -16,6 +16,7 @@ use crate::pool::lag::{self, Claim, Judgement};
 use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::registry::{Backend, BackendId, Pool, ProbeRecord};
 use crate::pool::saved::kept;
+use crate::pool::stall;
 
 /// A manual command named a backend the pool does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,6 +166,10 @@ impl Pool {
         let config = self.config();
         let mut backends = self.backends();
         let others = claims(&backends, backend);
+        let stall = config.health.stall_timeout.and_then(|timeout| {
+            stall::sample(&mut backends, now);
+            stall::stalled(&backends, backend, now, timeout)
+        });
         let Some(b) = Pool::find(&mut backends, backend) else {
             return;
         };
@@ -193,6 +198,14 @@ impl Pool {
             Verdict::Unknown => ProbeOutcome::Unknown,
             Verdict::Unhealthy => ProbeOutcome::Unhealthy,
             Verdict::Down => ProbeOutcome::Down,
+        };
+        // A probe that passes does not outweigh what its clients see.
+        let outcome = match (outcome, stall) {
+            (ProbeOutcome::Healthy | ProbeOutcome::Unknown, Some(why)) => {
+                detail = Some(why);
+                ProbeOutcome::Stalled
+            }
+            (outcome, _) => outcome,
         };
         b.stats.probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
         let detail = detail.unwrap_or_else(|| report.detail.clone());

@@ -25,6 +25,9 @@ pub enum State {
     Lagging,
     /// Out: a probe said so (e.g. Blockbook `inSync: false`).
     Unhealthy,
+    /// Out: its clients' connections received nothing from it for
+    /// `health.stall_timeout` while another backend's did.
+    Stalled,
     /// Out: the node's own address refused or timed out the TCP connect.
     Down,
     /// Out: put in maintenance by an operator.
@@ -44,6 +47,7 @@ impl State {
             State::Healthy => "healthy",
             State::Lagging => "lagging",
             State::Unhealthy => "unhealthy",
+            State::Stalled => "stalled",
             State::Down => "down",
             State::Quarantined => "quarantined",
         }
@@ -71,16 +75,21 @@ pub enum ProbeOutcome {
     Lagging,
     /// Failed: the node's own address refused or timed out the connect.
     Down,
+    /// Failed: the probe passed, but its clients' connections have
+    /// received nothing for `health.stall_timeout` while another
+    /// backend's did.
+    Stalled,
 }
 
 impl ProbeOutcome {
     /// Every outcome, in the order of [`ProbeOutcome::index`].
-    pub const ALL: [ProbeOutcome; 5] = [
+    pub const ALL: [ProbeOutcome; 6] = [
         ProbeOutcome::Healthy,
         ProbeOutcome::Unknown,
         ProbeOutcome::Unhealthy,
         ProbeOutcome::Lagging,
         ProbeOutcome::Down,
+        ProbeOutcome::Stalled,
     ];
 
     /// Its position in [`ProbeOutcome::ALL`], for per-outcome counters.
@@ -96,6 +105,7 @@ impl ProbeOutcome {
             ProbeOutcome::Unhealthy => "unhealthy",
             ProbeOutcome::Lagging => "lagging",
             ProbeOutcome::Down => "down",
+            ProbeOutcome::Stalled => "stalled",
         }
     }
 }
@@ -116,17 +126,20 @@ pub enum QuarantineReason {
     Manual,
     /// Its address is one of this proxy's own listeners.
     SelfLoop,
+    /// `health.fall` probes found its clients' connections stalled.
+    Stalled,
 }
 
 impl QuarantineReason {
     /// Every reason, in the order of [`QuarantineReason::index`].
-    pub const ALL: [QuarantineReason; 6] = [
+    pub const ALL: [QuarantineReason; 7] = [
         QuarantineReason::ConnectFailures,
         QuarantineReason::Down,
         QuarantineReason::Unhealthy,
         QuarantineReason::Lagging,
         QuarantineReason::Manual,
         QuarantineReason::SelfLoop,
+        QuarantineReason::Stalled,
     ];
 
     /// Its position in [`QuarantineReason::ALL`], for per-reason counters.
@@ -143,6 +156,7 @@ impl QuarantineReason {
             QuarantineReason::Lagging => "lagging",
             QuarantineReason::Manual => "manual",
             QuarantineReason::SelfLoop => "self_loop",
+            QuarantineReason::Stalled => "stalled",
         }
     }
 
@@ -153,6 +167,7 @@ impl QuarantineReason {
             | QuarantineReason::SelfLoop => State::Down,
             QuarantineReason::Unhealthy => State::Unhealthy,
             QuarantineReason::Lagging => State::Lagging,
+            QuarantineReason::Stalled => State::Stalled,
             QuarantineReason::Manual => State::Quarantined,
         }
     }
@@ -380,6 +395,7 @@ impl BackendHealth {
             ProbeOutcome::Unhealthy => QuarantineReason::Unhealthy,
             ProbeOutcome::Lagging => QuarantineReason::Lagging,
             ProbeOutcome::Down => QuarantineReason::Down,
+            ProbeOutcome::Stalled => QuarantineReason::Stalled,
         };
         self.bad_probes += 1;
         self.good_probes = 0;

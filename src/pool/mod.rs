@@ -11,6 +11,7 @@
 //! The health records leave and return as plain data through [`saved`]
 //! (the state file, a live upgrade).
 
+pub mod admission;
 pub mod apply;
 pub mod carry;
 pub mod close;
@@ -26,4 +27,5 @@ pub mod report;
 pub mod saved;
 pub mod select;
 pub mod snapshot;
+pub mod stall;
 pub mod status;

@@ -17,7 +17,7 @@
 //! there.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
@@ -36,6 +36,7 @@ use crate::pool::members::Members;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::pool::saved::HealthChanges;
 use crate::pool::select::{self, Candidate};
+use crate::pool::stall::Traffic;
 use crate::pool::own::OwnListeners;
 
 /// Process-wide connection id, as logged in `conn`.
@@ -110,6 +111,8 @@ pub(in crate::pool) struct Backend {
     pub(in crate::pool) stats: Arc<BackendStats>,
     /// The drain closing its connections, while one runs.
     pub(in crate::pool) drain: Option<DrainRun>,
+    /// What its connections received, as the stall rule samples it.
+    pub(in crate::pool) traffic: Traffic,
 }
 
 impl Backend {
@@ -125,6 +128,7 @@ impl Backend {
             conns: BTreeMap::new(),
             stats: Arc::default(),
             drain: None,
+            traffic: Traffic::default(),
         }
     }
 }
@@ -151,7 +155,9 @@ pub struct Pool {
     config: ArcSwap<PoolConfig>,
     listen: ArcSwap<Vec<SocketAddr>>,
     backends: Mutex<Members>,
-    clients: AtomicUsize,
+    pub(in crate::pool) clients: AtomicUsize,
+    /// Live clients per source address, while a per-source limit is set.
+    pub(in crate::pool) sources: Mutex<HashMap<IpAddr, usize>>,
     /// Connections moved by the rebalancer.
     pub(in crate::pool) rebalance_moves: AtomicU64,
     /// Cancelled when the pool stops (shutdown or removal by reload).
@@ -194,6 +200,7 @@ impl Pool {
                 unclaimed: Vec::new(),
             }),
             clients: AtomicUsize::new(0),
+            sources: Mutex::default(),
             rebalance_moves: AtomicU64::new(0),
             token,
             stopped: OnceLock::new(),
@@ -414,13 +421,6 @@ impl Pool {
         (lease, target)
     }
 
-    /// Admit a client carried over from another process: it was admitted
-    /// there, so it counts here even above `max_connections`.
-    pub fn admit_carried(self: &Arc<Self>) -> Admission {
-        self.clients.fetch_add(1, Ordering::AcqRel);
-        Admission { pool: self.clone() }
-    }
-
     /// Stop the pool: cancel its token (listeners, rebalancer) and close
     /// every connection with `reason`, including one that registers later.
     pub fn stop(&self, reason: CloseReason) {
@@ -438,17 +438,6 @@ impl Pool {
                 entry.closer.close(reason);
             }
         }
-    }
-
-    /// Admit one more client if the pool is below `max_connections`.
-    pub fn admit(self: &Arc<Self>) -> Option<Admission> {
-        let max = self.config.load().max_connections;
-        self.clients
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Admission { pool: self.clone() })
     }
 
     /// Live client connections in the pool.
@@ -506,18 +495,6 @@ impl Pool {
             }
         }
         leaving.retain(|b| b.drain.is_some() || !b.conns.is_empty());
-    }
-}
-
-/// A client's place in the pool's `max_connections` budget; freed on drop.
-#[derive(Debug)]
-pub struct Admission {
-    pool: Arc<Pool>,
-}
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.pool.clients.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

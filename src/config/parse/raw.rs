@@ -60,6 +60,7 @@ pub(super) struct RawSettings {
     pub(super) keepalive: Option<RawKeepalive>,
     pub(super) idle_timeout: Option<AnyDur>,
     pub(super) max_connections: Option<NonZeroUsize>,
+    pub(super) max_connections_per_source: Option<usize>,
     pub(super) rebalance: Option<RawRebalance>,
     pub(super) quarantine: Option<RawQuarantine>,
     pub(super) health: Option<RawHealth>,
@@ -82,6 +83,7 @@ pub(super) struct RawPool {
     pub(super) keepalive: Option<RawKeepalive>,
     pub(super) idle_timeout: Option<AnyDur>,
     pub(super) max_connections: Option<NonZeroUsize>,
+    pub(super) max_connections_per_source: Option<usize>,
     pub(super) rebalance: Option<RawRebalance>,
     pub(super) quarantine: Option<RawQuarantine>,
     pub(super) health: Option<RawHealth>,
@@ -132,6 +134,7 @@ pub(super) struct RawHealth {
     pub(super) rise: Option<NonZeroU32>,
     pub(super) drain: Option<bool>,
     pub(super) drain_spread: Option<AnyDur>,
+    pub(super) stall_timeout: Option<AnyDur>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -188,6 +191,9 @@ impl Merge for RawSettings {
             keepalive: merge(self.keepalive, d.keepalive),
             idle_timeout: self.idle_timeout.or(d.idle_timeout),
             max_connections: self.max_connections.or(d.max_connections),
+            max_connections_per_source: self
+                .max_connections_per_source
+                .or(d.max_connections_per_source),
             rebalance: merge(self.rebalance, d.rebalance),
             quarantine: merge(self.quarantine, d.quarantine),
             health: merge(self.health, d.health),
@@ -256,6 +262,7 @@ impl Merge for RawHealth {
             rise: self.rise.or(d.rise),
             drain: self.drain.or(d.drain),
             drain_spread: self.drain_spread.or(d.drain_spread),
+            stall_timeout: self.stall_timeout.or(d.stall_timeout),
         }
     }
 }

@@ -1,0 +1,190 @@
+//! A client's place in its pool: counted against `max_connections` and,
+//! when set, `max_connections_per_source` (one client address: IPv4 /32,
+//! IPv6 /64, so one host cannot take every slot a node gives the proxy).
+//! The place is freed when the [`Admission`] drops.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::pool::registry::Pool;
+
+/// Why a client was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The pool is at `max_connections`.
+    MaxConnections,
+    /// Its address is at `max_connections_per_source`.
+    PerSource,
+}
+
+/// A client's place in the pool's budgets; freed on drop.
+#[derive(Debug)]
+pub struct Admission {
+    pool: Arc<Pool>,
+    /// The source counted, when a per-source limit applied (boxed: most
+    /// pools have none, and this lives as long as the connection).
+    source: Option<Box<IpAddr>>,
+}
+
+/// The address a per-source limit counts: IPv4 (also IPv4-mapped IPv6) as
+/// it is, IPv6 by its /64.
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
+}
+
+impl Pool {
+    /// Admit one more client if the pool is below `max_connections`.
+    pub fn admit(self: &Arc<Self>) -> Option<Admission> {
+        self.take_place().then(|| Admission {
+            pool: self.clone(),
+            source: None,
+        })
+    }
+
+    /// Admit a client from `peer`: below `max_connections`, and below
+    /// `max_connections_per_source` for its address when that is set.
+    ///
+    /// # Errors
+    /// Which limit it is at.
+    pub fn admit_from(self: &Arc<Self>, peer: IpAddr) -> Result<Admission, Refused> {
+        let per_source = self.config().max_connections_per_source;
+        if !self.take_place() {
+            return Err(Refused::MaxConnections);
+        }
+        let Some(limit) = per_source else {
+            return Ok(Admission {
+                pool: self.clone(),
+                source: None,
+            });
+        };
+        let key = source_of(peer);
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let n = sources.entry(key).or_insert(0);
+        if *n >= limit {
+            if *n == 0 {
+                sources.remove(&key);
+            }
+            drop(sources);
+            self.clients.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::PerSource);
+        }
+        *n += 1;
+        Ok(Admission {
+            pool: self.clone(),
+            source: Some(Box::new(key)),
+        })
+    }
+
+    /// Admit a client carried over from another process: it was admitted
+    /// there, so it counts here even above the limits (its source too).
+    pub fn admit_carried(self: &Arc<Self>, peer: IpAddr) -> Admission {
+        self.clients.fetch_add(1, Ordering::AcqRel);
+        let source = self.config().max_connections_per_source.map(|_| {
+            let key = source_of(peer);
+            let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+            *sources.entry(key).or_insert(0) += 1;
+            Box::new(key)
+        });
+        Admission {
+            pool: self.clone(),
+            source,
+        }
+    }
+
+    /// Live clients from `peer`'s source address (0 while no per-source
+    /// limit is set).
+    pub fn clients_from(&self, peer: IpAddr) -> usize {
+        let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        sources.get(&source_of(peer)).copied().unwrap_or(0)
+    }
+
+    fn take_place(&self) -> bool {
+        let max = self.config().max_connections;
+        self.clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.pool.clients.fetch_sub(1, Ordering::AcqRel);
+        if let Some(key) = self.source.take() {
+            let mut sources = self.pool.sources.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = sources.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    sources.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use tokio_util::sync::CancellationToken;
+
+    fn pool(extra: &str) -> Arc<Pool> {
+        let yaml = format!(
+            "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    max_connections: 5\n{extra}    backends: [h:1]\n"
+        );
+        let c = Config::parse(&yaml, "inline.yaml".as_ref()).unwrap();
+        Arc::new(Pool::new(c.pools[0].clone(), CancellationToken::new()))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn one_source_is_held_to_its_limit_and_gets_its_places_back() {
+        let pool = pool("    max_connections_per_source: 2\n");
+        let a = pool.admit_from(ip("10.0.0.1")).unwrap();
+        let _b = pool.admit_from(ip("10.0.0.1")).unwrap();
+        assert_eq!(pool.admit_from(ip("10.0.0.1")).unwrap_err(), Refused::PerSource);
+        // The mapped form is the same client.
+        assert_eq!(pool.admit_from(ip("::ffff:10.0.0.1")).unwrap_err(), Refused::PerSource);
+        let _c = pool.admit_from(ip("10.0.0.2")).unwrap();
+        assert_eq!(pool.clients(), 3, "a refusal takes no place");
+        drop(a);
+        assert_eq!(pool.clients_from(ip("10.0.0.1")), 1);
+        let _d = pool.admit_from(ip("10.0.0.1")).unwrap();
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_64() {
+        let pool = pool("    max_connections_per_source: 1\n");
+        let _a = pool.admit_from(ip("2001:db8:1:2::1")).unwrap();
+        assert_eq!(pool.admit_from(ip("2001:db8:1:2:ffff::9")).unwrap_err(), Refused::PerSource);
+        let _b = pool.admit_from(ip("2001:db8:1:3::1")).unwrap();
+    }
+
+    #[test]
+    fn the_pool_limit_comes_first_and_no_limit_counts_nothing() {
+        let pool = pool("");
+        let held: Vec<_> = (0..5).map(|_| pool.admit_from(ip("10.0.0.1")).unwrap()).collect();
+        assert_eq!(pool.admit_from(ip("10.0.0.9")).unwrap_err(), Refused::MaxConnections);
+        assert_eq!(pool.clients_from(ip("10.0.0.1")), 0);
+        drop(held);
+        assert_eq!(pool.clients(), 0);
+    }
+
+    #[test]
+    fn carried_clients_count_toward_their_source() {
+        let pool = pool("    max_connections_per_source: 1\n");
+        let _carried = pool.admit_carried(ip("10.0.0.1"));
+        assert_eq!(pool.admit_from(ip("10.0.0.1")).unwrap_err(), Refused::PerSource);
+    }
+}

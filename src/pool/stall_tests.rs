@@ -1,0 +1,165 @@
+//! The stall rule under paused time, with the probe results that sample
+//! it: a backend whose connections went silent while another's received is
+//! `stalled` after `fall` probes (and drained); a quiet pool changes
+//! nothing; young connections are not judged; a probe that fails keeps its
+//! own verdict.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::{self, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::pool::close::Closer;
+use crate::pool::health::{ProbeOutcome, State};
+use crate::pool::registry::{BackendId, ConnEntry, Lease, Pool};
+use crate::pool::report::{Report, Verdict};
+
+fn pool(stall: &str) -> Arc<Pool> {
+    let yaml = format!(
+        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
+         health: {{ stall_timeout: {stall}, fall: 2, drain_spread: 0s }}\n    \
+         backends: [{{ name: a, addr: \"a.invalid:9\" }}, {{ name: b, addr: \"b.invalid:9\" }}]\n"
+    );
+    let c = Config::parse(&yaml, "inline.yaml".as_ref()).unwrap();
+    Arc::new(Pool::new(c.pools[0].clone(), CancellationToken::new()))
+}
+
+struct Conn {
+    closer: Arc<Closer>,
+    _lease: Lease,
+}
+
+/// A spliced connection on the named backend.
+fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
+    let avoid: Vec<BackendId> = pool
+        .probe_targets()
+        .into_iter()
+        .filter(|(_, c)| c.name != on)
+        .map(|(id, _)| id)
+        .collect();
+    let closer = Arc::new(Closer::new());
+    let entry = ConnEntry {
+        client: "127.0.0.1:5".parse().unwrap(),
+        started: SystemTime::now(),
+        closer: closer.clone(),
+    };
+    let (lease, target) = pool.reserve(id, entry, &avoid).unwrap();
+    assert_eq!(target.config.name, on);
+    assert!(pool.splice_if_wanted(target.id, target.usable, &closer));
+    Conn {
+        closer,
+        _lease: lease,
+    }
+}
+
+fn id(pool: &Pool, name: &str) -> BackendId {
+    pool.probe_targets().into_iter().find(|(_, c)| c.name == name).unwrap().0
+}
+
+/// A passing probe of `name` now; its outcome as recorded.
+fn probe(pool: &Pool, name: &str) -> (ProbeOutcome, String) {
+    let b = id(pool, name);
+    let epoch = pool.epoch_of(b).unwrap();
+    pool.apply_probe(b, &Report::new(Verdict::Healthy, "connected"), epoch, Instant::now());
+    let snap = pool.overview();
+    let p = snap.backends.iter().find(|x| x.name == name).unwrap().last_probe.clone().unwrap();
+    (p.outcome, p.detail)
+}
+
+fn state(pool: &Pool, name: &str) -> State {
+    pool.overview().backends.into_iter().find(|b| b.name == name).unwrap().state
+}
+
+/// Step both backends' probes every second for `secs`, `b`'s connection
+/// receiving a byte each step (and `a`'s while `a_sends`).
+async fn run(pool: &Pool, a: &Conn, b: &Conn, secs: u64, a_sends: bool) {
+    for _ in 0..secs {
+        time::advance(Duration::from_secs(1)).await;
+        b.closer.bytes_down.fetch_add(1, Ordering::Relaxed);
+        if a_sends {
+            a.closer.bytes_down.fetch_add(1, Ordering::Relaxed);
+        }
+        probe(pool, "b");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_backend_beside_a_talking_one_is_stalled_and_drained() {
+    let pool = pool("10s");
+    let a = connect(&pool, 1, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    // a talks for a while, then goes silent; b keeps talking.
+    run(&pool, &a, &b, 3, true).await;
+    run(&pool, &a, &b, 9, false).await;
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "9 s of silence is not 10");
+    run(&pool, &a, &b, 1, false).await;
+    let (outcome, detail) = probe(&pool, "a");
+    assert_eq!(outcome, ProbeOutcome::Stalled);
+    assert!(detail.contains("1 connections received nothing for 10s while b sent"), "{detail}");
+    assert_eq!(state(&pool, "a"), State::Healthy, "fall is 2");
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Stalled);
+    assert_eq!(state(&pool, "a"), State::Stalled);
+    let q = pool.overview().backends[0].quarantine.unwrap();
+    assert_eq!(q.reason.as_str(), "stalled");
+    pool.drain_step(Instant::now());
+    assert!(a.closer.is_closing(), "its clients go to b");
+    assert!(!b.closer.is_closing());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_pool_changes_nothing() {
+    let pool = pool("10s");
+    let a = connect(&pool, 1, "a");
+    let _b = connect(&pool, 2, "b");
+    for _ in 0..30 {
+        time::advance(Duration::from_secs(1)).await;
+        assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy);
+        assert_eq!(probe(&pool, "b").0, ProbeOutcome::Healthy);
+    }
+    assert!(!a.closer.is_closing());
+}
+
+#[tokio::test(start_paused = true)]
+async fn young_connections_are_not_judged_and_do_not_hide_old_silent_ones() {
+    let pool = pool("10s");
+    let a = connect(&pool, 1, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    run(&pool, &a, &b, 9, false).await;
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "9 s old: not judged yet");
+    run(&pool, &a, &b, 2, false).await;
+    // A new client on a that gets its handshake bytes: the old one is
+    // still silent, so a is stalled anyway.
+    let fresh = connect(&pool, 3, "a");
+    fresh.closer.bytes_down.fetch_add(100, Ordering::Relaxed);
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Stalled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
+    let pool = pool("10s");
+    let a = connect(&pool, 1, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    run(&pool, &a, &b, 11, false).await;
+    let ida = id(&pool, "a");
+    let epoch = pool.epoch_of(ida).unwrap();
+    pool.apply_probe(ida, &Report::new(Verdict::Down, "refused"), epoch, Instant::now());
+    let snap = pool.overview();
+    assert_eq!(snap.backends[0].last_probe.as_ref().unwrap().outcome, ProbeOutcome::Down);
+
+    let off = pool_off();
+    let a = connect(&off, 1, "a");
+    let b = connect(&off, 2, "b");
+    probe(&off, "a");
+    run(&off, &a, &b, 30, false).await;
+    assert_eq!(probe(&off, "a").0, ProbeOutcome::Healthy);
+}
+
+fn pool_off() -> Arc<Pool> {
+    pool("0s")
+}
