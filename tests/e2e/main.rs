@@ -22,5 +22,6 @@ mod secrets;
 mod self_loop;
 mod splice;
 mod spread;
+mod stall;
 mod state;
 mod upgrade;
