@@ -67,6 +67,11 @@ impl RestTwin {
         Ok(twin)
     }
 
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// Its `/api/` URL.
     pub fn url(&self) -> String {
         format!("http://{}/api/", self.addr)

@@ -242,19 +242,25 @@ impl Dnsmasq {
     /// Freeze it (SIGSTOP): questions are neither answered nor refused, so
     /// the proxy's lookups time out. [`Dnsmasq::thaw`] undoes it.
     pub fn freeze(&self) {
-        signal(self.child.as_ref().expect("dnsmasq is running"), Signal::STOP);
+        signal(
+            self.child.as_ref().expect("dnsmasq is running"),
+            Signal::STOP,
+        );
     }
 
     /// Let a frozen dnsmasq answer again (SIGCONT).
     pub fn thaw(&self) {
-        signal(self.child.as_ref().expect("dnsmasq is running"), Signal::CONT);
+        signal(
+            self.child.as_ref().expect("dnsmasq is running"),
+            Signal::CONT,
+        );
     }
 
     /// Questions for `name` of type `qtype` that came from the proxy (not
     /// from this module) so far, over every run.
     pub fn queries(&self, qtype: Qtype, name: &str) -> usize {
-        let ends = format!("query[{}] {name} from {PROXY_SOURCE}", qtype_name(qtype))
-            .to_ascii_lowercase();
+        let ends =
+            format!("query[{}] {name} from {PROXY_SOURCE}", qtype_name(qtype)).to_ascii_lowercase();
         (0..self.runs)
             .map(|run| fs::read_to_string(self.log_path(run)).unwrap_or_default())
             .map(|log| {
@@ -334,7 +340,11 @@ impl Dnsmasq {
         let stderr = fs::File::create(&stderr_path)
             .map_err(|e| StartError::Fatal(format!("create {}: {e}", stderr_path.display())))?;
         let mut child = Command::new(&self.bin)
-            .args(["--keep-in-foreground", "--conf-file=/dev/null", "--pid-file"])
+            .args([
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--pid-file",
+            ])
             .args(["--user=root", "--no-resolv", "--no-hosts", "--local-ttl=0"])
             .arg(format!("--addn-hosts={}", self.hosts_path().display()))
             .arg(format!("--local=/{DOMAIN}/"))

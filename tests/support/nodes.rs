@@ -175,10 +175,15 @@ pub struct BlackHole {
 impl BlackHole {
     /// Make one and check that a connect to it really hangs.
     pub fn new() -> BlackHole {
+        BlackHole::at("127.0.0.1:0".parse().unwrap())
+    }
+
+    /// As [`BlackHole::new`], on `addr` (port 0: any).
+    pub fn at(addr: SocketAddr) -> BlackHole {
         use socket2::{Domain, Socket, Type};
-        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-            .unwrap();
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None).unwrap();
+        sock.bind(&addr.into())
+            .unwrap_or_else(|e| panic!("bind a black hole on {addr}: {e}"));
         sock.listen(0).unwrap();
         let addr = sock.local_addr().unwrap().as_socket().unwrap();
         let mut fillers = Vec::new();
