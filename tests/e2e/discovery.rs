@@ -3,7 +3,8 @@
 //! a DNS outage or a failed answer changes nothing, SRV priorities make
 //! backups, static and discovered backends share a pool, reload and live
 //! upgrade keep discovered members, and `check` refuses bad discover
-//! values. `dnsmasq` checks the test server itself.
+//! values; `compose` checks the compose example. `dnsmasq` checks the test
+//! server itself.
 //!
 //! Every test returns early (after a notice) when dnsmasq is not
 //! installed. Waits are on the proxy's events, on `/status`, or on
@@ -13,6 +14,7 @@
 //! share an address.
 
 mod check;
+mod compose;
 mod dnsmasq;
 mod flap;
 mod members;
