@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the real peers the end-to-end tests drive: litecoind (Litecoin Core,
-# with litecoin-cli) now, haproxy and iperf3 for comparisons and load tests.
+# with litecoin-cli) now, haproxy and iperf3 for comparisons and load tests,
+# dnsmasq-base (the dnsmasq binary alone, no service) for backends from DNS.
 #
 # Idempotent: does nothing (and touches no package index) when every package
 # is already installed. Non-interactive. Runs as root, or through sudo.
@@ -64,6 +65,14 @@ done
 if [[ " ${packages[*]} " == *" litecoind "* ]]; then
     command -v litecoind >/dev/null && command -v litecoin-cli >/dev/null || {
         echo "install-peers: litecoind installed but litecoind/litecoin-cli not on PATH" >&2
+        exit 1
+    }
+fi
+if [[ " ${packages[*]} " == *" dnsmasq-base "* ]]; then
+    # Debian installs it in /usr/sbin, often not on a user's PATH; the tests
+    # look there too.
+    [ -x /usr/sbin/dnsmasq ] || command -v dnsmasq >/dev/null || {
+        echo "install-peers: dnsmasq-base installed but no dnsmasq in /usr/sbin or on PATH" >&2
         exit 1
     }
 fi

@@ -11,6 +11,7 @@ mod balance;
 mod check;
 mod demo;
 mod deploy;
+mod discovery;
 mod faults;
 mod faults_soak;
 mod fuzz_corpus;

@@ -32,9 +32,18 @@ impl RestTwin {
 
     /// In sync, at `height`.
     pub async fn start_at(height: u64) -> RestTwin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        RestTwin::bind(any, height).await.unwrap()
+    }
+
+    /// In sync, at `height`, on `addr`.
+    ///
+    /// # Errors
+    /// The bind error.
+    pub async fn bind(addr: SocketAddr, height: u64) -> std::io::Result<RestTwin> {
+        let listener = TcpListener::bind(addr).await?;
         let twin = RestTwin {
-            addr: listener.local_addr().unwrap(),
+            addr: listener.local_addr()?,
             reply: Arc::new(Reply {
                 in_sync: AtomicBool::new(true),
                 height: AtomicU64::new(height),
@@ -55,7 +64,12 @@ impl RestTwin {
                 tokio::spawn(answer(stream, in_sync, height));
             }
         });
-        twin
+        Ok(twin)
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Its `/api/` URL.

@@ -57,25 +57,39 @@ pub fn available() -> bool {
     peers_available(&["litecoind", "litecoin-cli"])
 }
 
-/// Whether every program of `bins` is on `PATH`; as [`available`] when not.
+/// Whether every program of `bins` is found by [`find_program`]; as
+/// [`available`] when not.
 pub fn peers_available(bins: &[&str]) -> bool {
-    let missing: Vec<&str> = bins.iter().copied().filter(|bin| !on_path(bin)).collect();
+    let missing: Vec<&str> = bins
+        .iter()
+        .copied()
+        .filter(|bin| find_program(bin).is_none())
+        .collect();
     if missing.is_empty() {
         return true;
     }
     if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
         panic!(
-            "{REQUIRE_ENV}=1 but {} not found on PATH (run .ci/install-peers.sh)",
-            missing.join(" and ")
+            "{REQUIRE_ENV}=1 but {} not found on PATH or in {} (run .ci/install-peers.sh)",
+            missing.join(" and "),
+            SYSTEM_DIRS.join(" or ")
         );
     }
     eprintln!("skipping: {} not installed", missing.join(" and "));
     false
 }
 
-fn on_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
+/// Where system daemons are installed that a user's `PATH` often lacks
+/// (Debian puts `dnsmasq` in `/usr/sbin`).
+const SYSTEM_DIRS: [&str; 2] = ["/usr/sbin", "/sbin"];
+
+/// The path of program `bin`: the first on `PATH`, else in [`SYSTEM_DIRS`].
+pub fn find_program(bin: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(SYSTEM_DIRS.iter().map(PathBuf::from))
+        .map(|dir| dir.join(bin))
+        .find(|p| p.is_file())
 }
 
 impl Litecoind {

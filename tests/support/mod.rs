@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod blockbook;
+pub mod dns;
+pub mod dnsmasq;
 pub mod inproc;
 pub mod liar;
 pub mod litecoind;

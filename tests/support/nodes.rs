@@ -37,8 +37,29 @@ impl Node {
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |s| Box::pin(handler(s)));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Node::on(listener, handler)
+    }
+
+    /// A node on `addr` (a loopback address and a port chosen by the
+    /// test) whose connections each run `handler`.
+    ///
+    /// # Errors
+    /// The bind error, e.g. `AddrInUse`.
+    pub async fn bind<F, Fut>(addr: SocketAddr, handler: F) -> std::io::Result<Node>
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Ok(Node::on(TcpListener::bind(addr).await?, handler))
+    }
+
+    fn on<F, Fut>(listener: TcpListener, handler: F) -> Node
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |s| Box::pin(handler(s)));
         let mut node = Node {
             addr: listener.local_addr().unwrap(),
             handler,
@@ -154,10 +175,15 @@ pub struct BlackHole {
 impl BlackHole {
     /// Make one and check that a connect to it really hangs.
     pub fn new() -> BlackHole {
+        BlackHole::at("127.0.0.1:0".parse().unwrap())
+    }
+
+    /// As [`BlackHole::new`], on `addr` (port 0: any).
+    pub fn at(addr: SocketAddr) -> BlackHole {
         use socket2::{Domain, Socket, Type};
-        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-            .unwrap();
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None).unwrap();
+        sock.bind(&addr.into())
+            .unwrap_or_else(|e| panic!("bind a black hole on {addr}: {e}"));
         sock.listen(0).unwrap();
         let addr = sock.local_addr().unwrap().as_socket().unwrap();
         let mut fillers = Vec::new();
@@ -182,4 +208,49 @@ impl BlackHole {
 pub fn refused_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
+}
+
+/// Echo nodes on each of `ips` (loopback addresses), all on one port, as
+/// the members of a DNS name that share a port; returns the port and the
+/// nodes in the order of `ips`. `reserve` addresses get the same port bound
+/// but not listening, so connects to them are refused and nothing else can
+/// take them.
+pub async fn echo_on_shared_port(
+    ips: &[std::net::IpAddr],
+    reserve: &[std::net::IpAddr],
+) -> (u16, Vec<Node>, Vec<socket2::Socket>) {
+    let first = *ips.first().expect("at least one address");
+    for _ in 0..20 {
+        let Ok(node) = Node::bind(SocketAddr::new(first, 0), echo).await else {
+            continue;
+        };
+        let port = node.addr.port();
+        let mut nodes = vec![node];
+        for ip in &ips[1..] {
+            match Node::bind(SocketAddr::new(*ip, port), echo).await {
+                Ok(node) => nodes.push(node),
+                Err(_) => break,
+            }
+        }
+        if nodes.len() < ips.len() {
+            continue;
+        }
+        let held: Vec<socket2::Socket> = reserve
+            .iter()
+            .filter_map(|ip| bound_not_listening(SocketAddr::new(*ip, port)))
+            .collect();
+        if held.len() == reserve.len() {
+            return (port, nodes, held);
+        }
+    }
+    panic!("no port free on all of {ips:?} and {reserve:?}");
+}
+
+/// A TCP socket bound to `addr` that never listens: connects to `addr` are
+/// refused for as long as it is kept.
+pub fn bound_not_listening(addr: SocketAddr) -> Option<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None).ok()?;
+    sock.bind(&addr.into()).ok()?;
+    Some(sock)
 }

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -44,10 +44,14 @@ impl Events {
         (found.len() >= n).then_some(found)
     }
 
-    /// The timeout panic, with the whole log.
+    /// The timeout panic, with the whole log. The lock is let go first: a
+    /// poisoned one would make the drop of the [`Proxy`] panic again, and
+    /// a panic while unwinding aborts every test of the binary.
     fn timed_out(&self, what: &str) -> ! {
-        let lines = self.lines.lock().unwrap();
-        let log: Vec<String> = lines.iter().map(|e| e.to_string()).collect();
+        let log: Vec<String> = {
+            let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+            lines.iter().map(|e| e.to_string()).collect()
+        };
         panic!("timed out waiting for {what}; log:\n{}", log.join("\n"));
     }
 
@@ -61,19 +65,26 @@ impl Events {
     ) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + timeout;
         // Subscribed before looking, so no line read in between is missed.
-        let mut more = self.count.subscribe();
+        let (mut more, mut ended) = (self.count.subscribe(), self.ended.subscribe());
         loop {
+            // Read before looking: once it is set, every line is in.
+            let over = *ended.borrow_and_update();
             if let Some(found) = self.found(from, &pred, n) {
                 return found;
             }
-            match tokio::time::timeout_at(deadline, more.changed()).await {
-                Ok(Ok(())) => {}
-                // The reader stopped (the process exited): one last look.
-                Ok(Err(_)) | Err(_) => {
-                    return self
-                        .found(from, &pred, n)
-                        .unwrap_or_else(|| self.timed_out(&format!("{n} matching events")));
+            if over {
+                self.timed_out(&format!("{n} matching events (the log ended)"));
+            }
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, more.changed()) => {
+                    if !matches!(r, Ok(Ok(()))) {
+                        return self
+                            .found(from, &pred, n)
+                            .unwrap_or_else(|| self.timed_out(&format!("{n} matching events")));
+                    }
                 }
+                // The process closed its stdout: look once more, above.
+                _ = ended.changed() => {}
             }
         }
     }
@@ -242,7 +253,8 @@ impl Proxy {
 
     /// Every event logged so far.
     pub fn events(&self) -> Vec<Value> {
-        self.events.lines.lock().unwrap().clone()
+        let lines = self.events.lines.lock();
+        lines.unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Events whose `message` is `name`.
