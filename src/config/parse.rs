@@ -409,7 +409,7 @@ fn build_backends(at: &str, raw: Vec<RawBackend>, probe: ProbeKind) -> Result<Ba
                         return invalid(
                             format!("{path}.probe_url"),
                             "a discover entry's probe_url must name each member with `{ip}` \
-                             (and `{port}`), like `http://{ip}:9130/api/`",
+                             or `{port}`, like `http://{ip}:9130/api/`",
                         );
                     }
                     Some(ProbeUrl::Template(t)) => Some(t),

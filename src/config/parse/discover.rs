@@ -126,9 +126,9 @@ pub(in crate::config) fn is_template(s: &str) -> bool {
 /// A probe URL template, checked by filling in a sample address.
 pub(in crate::config) fn template(s: &str) -> Result<ProbeTemplate, String> {
     let t = ProbeTemplate(s.trim().to_owned());
-    if !t.0.contains("{ip}") {
+    if !is_template(&t.0) {
         return Err(format!(
-            "probe_url `{t}` of a discover entry must name each member's address with `{{ip}}`, like `http://{{ip}}:9130/api/`"
+            "probe_url `{t}` of a discover entry must name each member with `{{ip}}` or `{{port}}`, like `http://{{ip}}:9130/api/`"
         ));
     }
     let url = t.fill(SAMPLE).ok_or_else(|| {
@@ -190,6 +190,7 @@ mod tests {
     #[test]
     fn a_template_must_name_the_member() {
         assert!(template("http://{ip}:9130/api/").is_ok());
+        assert!(template("http://twin.example:{port}/api/").is_ok());
         assert!(
             template("http://[{ip}]:9130/").is_err(),
             "double brackets are no URL"
