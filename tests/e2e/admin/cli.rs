@@ -66,6 +66,7 @@ async fn status_command_prints_a_table_and_the_contract_json() {
             "bytes_down",
             "bytes_up",
             "connections",
+            "discovered_from",
             "height",
             "last_probe",
             "name",
