@@ -9,3 +9,4 @@ mod banned;
 mod liar;
 mod litecoind_e2e;
 mod litecoind_probe;
+mod stalled;

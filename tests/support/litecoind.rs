@@ -186,6 +186,11 @@ impl Litecoind {
         self.p2p
     }
 
+    /// The node's process id (to freeze it with SIGSTOP, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Mines `blocks` blocks (`generatetoaddress`). Panics if that would pass
     /// [`MAX_HEIGHT`] (MWEB activation) or if the RPC fails.
     pub fn mine(&self, blocks: u64) {
