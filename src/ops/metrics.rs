@@ -34,6 +34,19 @@ struct BackendLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EntryLabels {
+    pool: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LookupLabels {
+    pool: String,
+    name: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BytesLabels {
     pool: String,
     backend: String,
@@ -67,6 +80,8 @@ struct Families {
     probes: Family<OutcomeLabels, Counter>,
     rebalance_moves: Family<PoolLabels, Counter>,
     quarantines: Family<ReasonLabels, Counter>,
+    discovered: Family<EntryLabels, Gauge>,
+    lookups: Family<LookupLabels, Counter>,
 }
 
 impl Families {
@@ -117,6 +132,16 @@ impl Families {
             "Quarantines by reason since start",
             self.quarantines,
         );
+        r.register(
+            "pin_proxy_discovered_members",
+            "Members a discover entry has now",
+            self.discovered,
+        );
+        r.register(
+            "pin_proxy_discovery_lookups",
+            "DNS lookups of a discover entry by outcome (ok, failed) since it was configured",
+            self.lookups,
+        );
         r
     }
 }
@@ -141,6 +166,24 @@ pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
             .inc_by(snap.rebalance_moves);
         for b in &snap.backends {
             add(&families, &snap, b);
+        }
+        for d in &snap.discovery {
+            let entry = EntryLabels {
+                pool: snap.name.clone(),
+                name: d.name.clone(),
+            };
+            families
+                .discovered
+                .get_or_create(&entry)
+                .set(saturate(d.members as u64));
+            for (outcome, n) in [("ok", d.lookups_ok), ("failed", d.lookups_failed)] {
+                let labels = LookupLabels {
+                    pool: snap.name.clone(),
+                    name: d.name.clone(),
+                    outcome,
+                };
+                families.lookups.get_or_create(&labels).inc_by(n);
+            }
         }
     }
     let mut out = String::new();
@@ -235,5 +278,29 @@ mod tests {
         assert!(!text.contains("pin_proxy_backend_height{"), "{text}");
         // Label values are escaped by the encoder.
         assert!(text.contains(r#"backend="a\"b""#), "{text}");
+        assert!(!text.contains("pin_proxy_discovered_members"), "no entry, no family");
+    }
+
+    #[test]
+    fn discover_entries_count_members_and_lookups() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n      - { name: ltc, discover: \"n.test:1\" }\n";
+        let config = Config::parse(yaml, std::path::Path::new("t.yaml")).expect("valid");
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        pool.lookup_failed("ltc", "timeout");
+        let found = crate::config::Found {
+            key: "127.0.0.2:1".into(),
+            addr: "127.0.0.2:1".parse().unwrap(),
+            lower_priority: false,
+        };
+        pool.apply_lookup("ltc", vec![found], tokio::time::Instant::now());
+        let text = render(&[pool]).expect("render");
+        for line in [
+            "pin_proxy_discovered_members{pool=\"p\",name=\"ltc\"} 1",
+            "pin_proxy_discovery_lookups_total{pool=\"p\",name=\"ltc\",outcome=\"ok\"} 1",
+            "pin_proxy_discovery_lookups_total{pool=\"p\",name=\"ltc\",outcome=\"failed\"} 1",
+            "pin_proxy_active_connections{pool=\"p\",backend=\"ltc/127.0.0.2:1\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }

@@ -34,6 +34,8 @@ pub(in crate::pool) struct Source {
     pub(in crate::pool) answered: bool,
     /// The last lookup: when, and why it failed (`None`: it succeeded).
     pub(in crate::pool) last_lookup: Option<(SystemTime, Option<String>)>,
+    /// Lookups since the entry was configured: succeeded, failed.
+    pub(in crate::pool) lookups: (u64, u64),
 }
 
 impl Source {
@@ -43,6 +45,7 @@ impl Source {
             members: BTreeMap::new(),
             answered: false,
             last_lookup: None,
+            lookups: (0, 0),
         }
     }
 }
@@ -138,6 +141,7 @@ fn merge(source: &mut Source, found: Vec<Found>, now: Instant, hold: Duration) -
         .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < hold);
     source.answered = true;
     source.last_lookup = Some((SystemTime::now(), None));
+    source.lookups.0 += 1;
     changed || source.members.len() != before
 }
 
@@ -193,6 +197,7 @@ impl Pool {
         };
         let news = !matches!(&source.last_lookup, Some((_, Some(e))) if e == error);
         source.last_lookup = Some((SystemTime::now(), Some(error.to_owned())));
+        source.lookups.1 += 1;
         news
     }
 

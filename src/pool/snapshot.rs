@@ -43,6 +43,10 @@ pub struct DiscoverySnapshot {
     pub members: usize,
     /// The last lookup: when, and why it failed (`None`: it succeeded).
     pub last_lookup: Option<(SystemTime, Option<String>)>,
+    /// Lookups that succeeded since the entry was configured.
+    pub lookups_ok: u64,
+    /// Lookups that failed since the entry was configured.
+    pub lookups_failed: u64,
 }
 
 /// One backend: its settings' identity, health record, last probe,
@@ -216,6 +220,8 @@ impl Pool {
                 query: s.config.query.to_string(),
                 members: s.members.len(),
                 last_lookup: s.last_lookup.clone(),
+                lookups_ok: s.lookups.0,
+                lookups_failed: s.lookups.1,
             })
             .collect();
         drop(m);

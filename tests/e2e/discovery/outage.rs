@@ -15,6 +15,7 @@ use super::{
     INTERVAL, T, config, counts, discover, discovered, discoveries, ip, member, members_of,
     members_until, named, still_echoes,
 };
+use crate::admin::http::request;
 use crate::support::dns::Qtype;
 use crate::support::dnsmasq::{Dnsmasq, empty_hosts, refused_name};
 use crate::support::nodes::{echo_client, echo_on_shared_port};
@@ -91,10 +92,30 @@ async fn followed(proxy: &Proxy, want: &BTreeSet<String>, added: u64, removed: u
     assert_eq!(sum, (added, removed), "{later:?}");
 }
 
-/// The outage lasts three holds: the duration is the scenario, not a
-/// stand-in for an event (there is none to wait for while DNS is down).
-async fn outage() {
-    tokio::time::sleep(3 * HOLD).await;
+/// The outage lasts three holds' worth of failed lookups, counted by the
+/// proxy's own `pin_proxy_discovery_lookups_total{outcome="failed"}`.
+async fn outage(proxy: &Proxy) {
+    let lookups = 3 * (HOLD.as_millis() / INTERVAL.as_millis()) as u64;
+    let start = failed_lookups(proxy).await;
+    let deadline = tokio::time::Instant::now() + T;
+    while failed_lookups(proxy).await < start + lookups {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "too few failed lookups"
+        );
+        tokio::time::sleep(INTERVAL / 2).await;
+    }
+}
+
+/// Failed lookups of `ltc` so far, as `/metrics` counts them.
+async fn failed_lookups(proxy: &Proxy) -> u64 {
+    let metrics = request(proxy.admin(), "GET", "/metrics").await.body;
+    let needle = "pin_proxy_discovery_lookups_total{pool=\"p\",name=\"ltc\",outcome=\"failed\"} ";
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(needle))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,7 +131,7 @@ async fn a_stopped_dns_keeps_the_set_and_a_restarted_one_is_followed() {
     let before = proxy.events().len();
     dns.stop();
     failure_after(&proxy, before).await;
-    outage().await;
+    outage(&proxy).await;
     unchanged(&proxy, &want, &mut clients).await;
 
     dns.set_hosts(&named(NAME, &[a, c])).await;
@@ -136,7 +157,7 @@ async fn lookups_that_time_out_keep_the_set() {
     let before = proxy.events().len();
     dns.freeze();
     failure_after(&proxy, before).await;
-    outage().await;
+    outage(&proxy).await;
     unchanged(&proxy, &want, &mut clients).await;
 
     dns.thaw();
