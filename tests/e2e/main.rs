@@ -17,6 +17,7 @@ mod faults_soak;
 mod fuzz_corpus;
 mod health;
 mod lifecycle;
+mod monitoring;
 mod rejected_fold;
 mod reload;
 mod secrets;
