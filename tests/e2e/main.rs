@@ -9,6 +9,7 @@ mod support;
 mod admin;
 mod balance;
 mod check;
+mod completions;
 mod demo;
 mod deploy;
 mod discovery;
