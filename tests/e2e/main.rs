@@ -10,6 +10,7 @@ mod admin;
 mod balance;
 mod check;
 mod completions;
+mod deb;
 mod demo;
 mod deploy;
 mod discovery;
