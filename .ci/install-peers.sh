@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install the real peers the end-to-end tests drive: litecoind (Litecoin Core,
 # with litecoin-cli) now, haproxy and iperf3 for comparisons and load tests,
-# dnsmasq-base (the dnsmasq binary alone, no service) for backends from DNS.
+# dnsmasq-base (the dnsmasq binary alone, no service) for backends from DNS,
+# prometheus for promtool (the alert rules), dpkg-dev and shellcheck for the
+# Debian package.
 #
 # Idempotent: does nothing (and touches no package index) when every package
 # is already installed. Non-interactive. Runs as root, or through sudo.
@@ -49,12 +51,19 @@ export DEBIAN_FRONTEND=noninteractive
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
     "${missing[@]}"
 
-# Tests start their own instances on loopback ports; a packaged haproxy
-# service left running on a systemd host would only get in the way.
-if [[ " ${missing[*]} " == *" haproxy "* ]] && [ -d /run/systemd/system ]; then
-    "${as_root[@]}" systemctl disable --now haproxy >/dev/null 2>&1 ||
-        echo "install-peers: could not stop the haproxy service (ignored)" >&2
-fi
+# Tests start their own instances on loopback ports (haproxy) or only use
+# the package's tools (promtool from prometheus); a packaged service left
+# running would only get in the way. Without systemd, the package's init
+# script may have started it (unless policy-rc.d forbade it).
+for service in haproxy prometheus; do
+    [[ " ${missing[*]} " == *" $service "* ]] || continue
+    if [ -d /run/systemd/system ]; then
+        "${as_root[@]}" systemctl disable --now "$service" >/dev/null 2>&1 ||
+            echo "install-peers: could not stop the $service service (ignored)" >&2
+    elif [ -x "/etc/init.d/$service" ]; then
+        "${as_root[@]}" "/etc/init.d/$service" stop >/dev/null 2>&1 || true # not running
+    fi
+done
 
 for pkg in "${missing[@]}"; do
     if ! installed "$pkg"; then
@@ -73,6 +82,12 @@ if [[ " ${packages[*]} " == *" dnsmasq-base "* ]]; then
     # look there too.
     [ -x /usr/sbin/dnsmasq ] || command -v dnsmasq >/dev/null || {
         echo "install-peers: dnsmasq-base installed but no dnsmasq in /usr/sbin or on PATH" >&2
+        exit 1
+    }
+fi
+if [[ " ${packages[*]} " == *" prometheus "* ]]; then
+    command -v promtool >/dev/null || {
+        echo "install-peers: prometheus installed but no promtool on PATH" >&2
         exit 1
     }
 fi

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use pin_proxy::BindError;
 use pin_proxy::Control;
 use pin_proxy::admin_cli;
@@ -84,6 +84,31 @@ enum Command {
     /// scripted failure, recovery and lag. Ends by itself.
     #[cfg(feature = "sim")]
     Demo,
+    /// Print a shell completion script to stdout.
+    Completions {
+        /// The shell to complete for.
+        shell: CompletionShell,
+    },
+    /// Print the man page (roff) to stdout.
+    Man,
+}
+
+/// The shells `completions` writes scripts for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+impl CompletionShell {
+    fn generator(self) -> clap_complete::Shell {
+        match self {
+            CompletionShell::Bash => clap_complete::Shell::Bash,
+            CompletionShell::Zsh => clap_complete::Shell::Zsh,
+            CompletionShell::Fish => clap_complete::Shell::Fish,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -155,6 +180,8 @@ fn main() -> ExitCode {
         Command::Upgrade { admin } => call_admin(admin, Call::Upgrade),
         #[cfg(feature = "sim")]
         Command::Demo => exit(demo()),
+        Command::Completions { shell } => exit(print_completions(shell)),
+        Command::Man => exit(print_man()),
         Command::Check | Command::Run => {
             let config = match Config::load(&path) {
                 Ok(config) => config,
@@ -196,6 +223,63 @@ fn exit(result: anyhow::Result<()>) -> ExitCode {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Renders into memory first: the generator panics on a write error, and
+/// `pin-proxy completions bash | head` closes the pipe early.
+fn print_completions(shell: CompletionShell) -> anyhow::Result<()> {
+    let mut script = Vec::new();
+    let mut cli = Cli::command();
+    clap_complete::generate(shell.generator(), &mut cli, "pin-proxy", &mut script);
+    write_stdout(&script)
+}
+
+/// One page for every command: each command's synopsis, description and
+/// options are a subsection of COMMANDS, where `Man::render` would point
+/// to `pin-proxy-<command>(1)` pages that are not shipped.
+fn print_man() -> anyhow::Result<()> {
+    let mut cli = Cli::command().disable_help_subcommand(true);
+    cli.build();
+    let man = clap_mangen::Man::new(cli.clone());
+    let mut page = Vec::new();
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    page.extend_from_slice(b".SH COMMANDS\n");
+    for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = sub.get_bin_name().unwrap_or_else(|| sub.get_name());
+        page.extend_from_slice(format!(".SS \"{name}\"\n").as_bytes());
+        let sub = clap_mangen::Man::new(sub.clone());
+        let mut section = Vec::new();
+        sub.render_synopsis_section(&mut section)?;
+        section.extend_from_slice(b".PP\n");
+        sub.render_description_section(&mut section)?;
+        sub.render_options_section(&mut section)?;
+        // Their own `.SH` headings would end COMMANDS; the string
+        // definitions each rendering starts with are in the page already.
+        let nested = section.split_inclusive(|b| *b == b'\n').filter(|line| {
+            ![&b".SH "[..], b".ie ", b".el "]
+                .iter()
+                .any(|p| line.starts_with(p))
+        });
+        page.extend(nested.flatten());
+    }
+    man.render_version_section(&mut page)?;
+    write_stdout(&page)
+}
+
+/// A reader that stopped early (`| head`) is not an error.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("write to stdout: {e}"))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -1,0 +1,162 @@
+//! `pin-proxy completions bash|zsh|fish` and `pin-proxy man`: each script
+//! names every command the binary's `--help` lists, bash loads its script,
+//! and the man page is roff with every command as a subsection, which `man`
+//! renders when it is installed.
+
+use std::process::{Command, Output};
+
+use crate::support::litecoind::find_program;
+use crate::support::proxy::binary;
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(binary())
+        .args(args)
+        .env_remove("PIN_PROXY_CONFIG")
+        .output()
+        .unwrap_or_else(|e| panic!("run pin-proxy {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "pin-proxy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(args: &[&str]) -> String {
+    String::from_utf8(run(args).stdout).expect("UTF-8 output")
+}
+
+/// The commands `pin-proxy --help` lists, `help` aside; at least the ones
+/// the contract names, so a change of the help layout cannot make the
+/// checks below vacuous.
+fn commands() -> Vec<String> {
+    let help = stdout(&["--help"]);
+    let list: Vec<String> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect();
+    for expected in [
+        "run",
+        "check",
+        "status",
+        "quarantine",
+        "release",
+        "upgrade",
+        "completions",
+        "man",
+    ] {
+        assert!(
+            list.iter().any(|c| c == expected),
+            "{expected} missing from --help: {list:?}\n{help}"
+        );
+    }
+    list
+}
+
+#[test]
+fn completion_scripts_name_every_command() {
+    let commands = commands();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef pin-proxy"),
+        ("fish", "complete -c pin-proxy"),
+    ] {
+        let script = stdout(&["completions", shell]);
+        assert!(script.contains(marker), "{shell}: no {marker:?}");
+        for command in &commands {
+            assert!(
+                script.contains(command.as_str()),
+                "the {shell} script does not mention {command}"
+            );
+        }
+    }
+    let refused = Command::new(binary())
+        .args(["completions", "powershell"])
+        .output()
+        .expect("run pin-proxy");
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+/// The bash script parses and registers a completion for `pin-proxy`.
+#[test]
+fn bash_loads_its_completion_script() {
+    if find_program("bash").is_none() {
+        eprintln!("notice: bash not found; skipping the bash completion load test");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("pin-proxy.bash");
+    std::fs::write(&script, run(&["completions", "bash"]).stdout).expect("write script");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("source \"$1\" && complete -p pin-proxy")
+        .arg("bash")
+        .arg(&script)
+        .output()
+        .expect("run bash");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("pin-proxy"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn man_page_is_roff_with_every_command() {
+    let page = stdout(&["man"]);
+    for macro_line in [
+        ".TH pin-proxy 1",
+        ".SH NAME",
+        ".SH SYNOPSIS",
+        ".SH COMMANDS",
+    ] {
+        assert!(page.contains(macro_line), "no {macro_line:?} in:\n{page}");
+    }
+    for command in commands() {
+        assert!(
+            page.contains(&format!(".SS \"pin-proxy {command}\"")),
+            "no subsection for {command}:\n{page}"
+        );
+    }
+    // Every command is here: no pointer to a page that is not shipped.
+    assert!(!page.contains("pin\\-proxy\\-run(1)"), "{page}");
+}
+
+/// `man -l` formats the page without a warning.
+#[test]
+fn man_renders_the_page() {
+    if find_program("man").is_none() {
+        eprintln!("notice: man not found; skipping the man page rendering test");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("pin-proxy.1");
+    std::fs::write(&file, run(&["man"]).stdout).expect("write page");
+    let out = Command::new("man")
+        .arg("--warnings")
+        .arg("-l")
+        .arg(&file)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .output()
+        .expect("run man");
+    let (text, warnings) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "man failed: {warnings}");
+    assert!(warnings.trim().is_empty(), "man warned:\n{warnings}");
+    for heading in ["NAME", "SYNOPSIS", "COMMANDS", "pin-proxy upgrade"] {
+        assert!(text.contains(heading), "no {heading} in:\n{text}");
+    }
+}

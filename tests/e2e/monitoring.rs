@@ -1,0 +1,255 @@
+//! The Grafana dashboard (`deploy/grafana/pin-proxy.json`) and the
+//! Prometheus alert rules (`deploy/prometheus/pin-proxy.rules.yml`): the
+//! dashboard imports anywhere (a `${DS_PROMETHEUS}` input, a `$pool`
+//! variable) and shows every metric; each alert has a summary and a
+//! description; promtool accepts the rules, passes their unit tests and
+//! parses every dashboard query; and every metric either names is served by
+//! a live `/metrics` of the real binary.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pin_proxy::sim::simnode::SimNode;
+use serde_json::Value;
+
+use crate::admin::http::request;
+use crate::support::litecoind::peers_available;
+use crate::support::proxy::Proxy;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn path(rel: &str) -> PathBuf {
+    Path::new(ROOT).join(rel)
+}
+
+fn dashboard() -> Value {
+    let file = path("deploy/grafana/pin-proxy.json");
+    let text = fs::read_to_string(&file).expect("read the dashboard");
+    serde_json::from_str(&text).expect("the dashboard is JSON")
+}
+
+/// Every panel, rows' nested panels included.
+fn panels(dashboard: &Value) -> Vec<&Value> {
+    let mut all = Vec::new();
+    for p in dashboard["panels"].as_array().expect("panels") {
+        all.push(p);
+        if let Some(nested) = p["panels"].as_array() {
+            all.extend(nested);
+        }
+    }
+    all
+}
+
+/// The PromQL of every panel target.
+fn dashboard_queries(dashboard: &Value) -> Vec<String> {
+    panels(dashboard)
+        .iter()
+        .filter_map(|p| p["targets"].as_array())
+        .flatten()
+        .map(|t| {
+            t["expr"]
+                .as_str()
+                .expect("a target without expr")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// (alert, expr, annotations) of every rule.
+fn rules() -> Vec<(String, String, serde_yaml::Value)> {
+    let text =
+        fs::read_to_string(path("deploy/prometheus/pin-proxy.rules.yml")).expect("read the rules");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("the rules are YAML");
+    let mut found = Vec::new();
+    for group in doc["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let field = |k: &str| rule[k].as_str().unwrap_or_default().to_owned();
+            found.push((field("alert"), field("expr"), rule["annotations"].clone()));
+        }
+    }
+    found
+}
+
+/// The `pin_proxy_*` names in a PromQL expression.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("pin_proxy_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// The metrics README.md lists under "Scrape metrics".
+const METRICS: [&str; 11] = [
+    "pin_proxy_active_connections",
+    "pin_proxy_connections_total",
+    "pin_proxy_connect_failures_total",
+    "pin_proxy_bytes_total",
+    "pin_proxy_backend_usable",
+    "pin_proxy_backend_height",
+    "pin_proxy_probes_total",
+    "pin_proxy_rebalance_moves_total",
+    "pin_proxy_quarantines_total",
+    "pin_proxy_discovered_members",
+    "pin_proxy_discovery_lookups_total",
+];
+
+#[test]
+fn dashboard_imports_anywhere_and_shows_every_metric() {
+    let d = dashboard();
+    let inputs = d["__inputs"].as_array().expect("__inputs");
+    assert!(
+        inputs
+            .iter()
+            .any(|i| i["name"] == "DS_PROMETHEUS" && i["pluginId"] == "prometheus"),
+        "{inputs:?}"
+    );
+    let ds = |v: &Value| v["uid"] == "${DS_PROMETHEUS}" && v["type"] == "prometheus";
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    let pool = vars.iter().find(|v| v["name"] == "pool").expect("$pool");
+    assert!(ds(&pool["datasource"]), "{pool}");
+    assert!(
+        pool["query"].to_string().contains("label_values("),
+        "{pool}"
+    );
+
+    let mut shown = BTreeSet::new();
+    for p in panels(&d).into_iter().filter(|p| p["type"] != "row") {
+        let title = p["title"].as_str().expect("title");
+        assert!(ds(&p["datasource"]), "{title}: {}", p["datasource"]);
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}");
+        for t in targets {
+            let expr = t["expr"].as_str().expect("expr");
+            assert!(ds(&t["datasource"]), "{title}");
+            assert!(expr.contains("pool=~\"$pool\""), "{title}: {expr}");
+            shown.extend(metric_names(expr));
+        }
+    }
+    for metric in METRICS {
+        assert!(shown.contains(metric), "no panel shows {metric}");
+    }
+}
+
+#[test]
+fn every_alert_has_a_summary_and_a_description() {
+    let rules = rules();
+    let alerts: Vec<&str> = rules.iter().map(|(a, _, _)| a.as_str()).collect();
+    for expected in [
+        "PinProxyNoUsableNode",
+        "PinProxyOneUsableNodeLeft",
+        "PinProxyNodeLagging",
+        "PinProxyQuarantineFlapping",
+        "PinProxyConnectFailuresRising",
+        "PinProxyDiscoveryLookupsFailing",
+    ] {
+        assert!(alerts.contains(&expected), "{expected} missing: {alerts:?}");
+    }
+    for (alert, expr, annotations) in &rules {
+        assert!(!metric_names(expr).is_empty(), "{alert}: {expr}");
+        for key in ["summary", "description"] {
+            let value = annotations[key].as_str().unwrap_or_default();
+            assert!(!value.trim().is_empty(), "{alert} has no {key}");
+        }
+    }
+}
+
+fn promtool(args: &[&str], dir: &Path) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `promtool check rules` and `test rules` on the shipped files, and
+/// `check rules` on the dashboard's queries as recording rules (with
+/// Grafana's variables given values), which parses each as PromQL.
+#[test]
+fn promtool_accepts_the_rules_and_the_dashboard_queries() {
+    if !peers_available(&["promtool"]) {
+        return;
+    }
+    let dir = path("deploy/prometheus");
+    promtool(&["check", "rules", "pin-proxy.rules.yml"], &dir);
+    promtool(&["test", "rules", "pin-proxy.rules.test.yml"], &dir);
+
+    let queries = dashboard_queries(&dashboard());
+    let mut yaml = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, q) in queries.iter().enumerate() {
+        let q = q.replace("$__rate_interval", "5m").replace("$pool", ".*");
+        let quoted = serde_json::to_string(&q).expect("quote");
+        yaml.push_str(&format!(
+            "      - record: dashboard:query_{i}\n        expr: {quoted}\n"
+        ));
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    fs::write(tmp.path().join("dashboard.rules.yml"), yaml).expect("write");
+    promtool(&["check", "rules", "dashboard.rules.yml"], tmp.path());
+}
+
+/// Litecoin regtest message start, as `network: litecoin-regtest` sends it.
+const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
+
+/// A pool with a probed node (so heights exist) and a discover entry (so
+/// the discovery metrics do) whose resolver never answers; every metric
+/// name the dashboard and the rules use must be among the served ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_and_the_rules_use_is_served() {
+    let node = SimNode::start("127.0.0.1:0".parse().unwrap(), REGTEST, 100)
+        .await
+        .unwrap();
+    // Bound and never read: lookups sent there time out.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let yaml = format!(
+        "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+         health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: 100ms, timeout: 3s }}\n    \
+         discovery: {{ interval: 1s, hold: 1m, resolver: \"{}\" }}\n    \
+         backends:\n      - {{ name: sim, addr: \"{}\" }}\n      \
+         - {{ name: dns, discover: \"nodes.test:9333\" }}\n",
+        silent.local_addr().unwrap(),
+        node.addr()
+    );
+    let proxy = Proxy::start(&yaml).await;
+    proxy
+        .wait_event(
+            |e| e["message"] == "probe" && e["backend"] == "sim" && e["height"] == 100,
+            Duration::from_secs(20),
+        )
+        .await;
+    let body = request(proxy.admin(), "GET", "/metrics").await.body;
+    let names: BTreeSet<String> = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_owned)
+        .collect();
+    let mut used = BTreeSet::new();
+    for q in dashboard_queries(&dashboard()) {
+        used.extend(metric_names(&q));
+    }
+    for (_, expr, _) in rules() {
+        used.extend(metric_names(&expr));
+    }
+    assert!(used.len() >= METRICS.len(), "{used:?}");
+    let missing: Vec<&String> = used.difference(&names).collect();
+    assert!(
+        missing.is_empty(),
+        "not served: {missing:?}; served: {names:?}"
+    );
+}
