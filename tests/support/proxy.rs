@@ -44,10 +44,14 @@ impl Events {
         (found.len() >= n).then_some(found)
     }
 
-    /// The timeout panic, with the whole log.
+    /// The timeout panic, with the whole log. The lock is released first:
+    /// a poisoned one would make `Proxy::drop` panic again and abort,
+    /// leaving the test's child processes running.
     fn timed_out(&self, what: &str) -> ! {
-        let lines = self.lines.lock().unwrap();
-        let log: Vec<String> = lines.iter().map(|e| e.to_string()).collect();
+        let log: Vec<String> = {
+            let lines = self.lines.lock().unwrap();
+            lines.iter().map(|e| e.to_string()).collect()
+        };
         panic!("timed out waiting for {what}; log:\n{}", log.join("\n"));
     }
 
