@@ -63,13 +63,16 @@ pub fn peers_available(bins: &[&str]) -> bool {
     if missing.is_empty() {
         return true;
     }
+    not_installed(&missing.join(" and "), "on PATH")
+}
+
+/// `what` was not found `where_`: false after a skip notice, or a panic
+/// under `PIN_PROXY_REQUIRE_PEERS=1`.
+pub fn not_installed(what: &str, where_: &str) -> bool {
     if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-        panic!(
-            "{REQUIRE_ENV}=1 but {} not found on PATH (run .ci/install-peers.sh)",
-            missing.join(" and ")
-        );
+        panic!("{REQUIRE_ENV}=1 but {what} not found {where_} (run .ci/install-peers.sh)");
     }
-    eprintln!("skipping: {} not installed", missing.join(" and "));
+    eprintln!("skipping: {what} not installed");
     false
 }
 
@@ -170,6 +173,20 @@ impl Litecoind {
     /// The `127.0.0.1:port` the node listens on for P2P.
     pub fn p2p_addr(&self) -> SocketAddr {
         self.p2p
+    }
+
+    /// The loopback port of its RPC server.
+    pub fn rpc_port(&self) -> u16 {
+        self.rpc_port
+    }
+
+    /// RPC credentials, `user:password`, from the node's cookie file.
+    pub fn rpc_auth(&self) -> String {
+        let cookie = self.dir.path().join("regtest").join(".cookie");
+        fs::read_to_string(&cookie)
+            .unwrap_or_else(|e| panic!("read {}: {e}", cookie.display()))
+            .trim()
+            .to_owned()
     }
 
     /// Mines `blocks` blocks (`generatetoaddress`). Panics if that would pass

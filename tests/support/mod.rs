@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod blockbook;
+pub mod electrumx;
 pub mod inproc;
 pub mod liar;
 pub mod litecoind;
