@@ -113,10 +113,12 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
         dur(h.interval),
         dur(h.timeout)
     )?;
-    if h.probe == ProbeKind::BitcoinP2p {
-        write!(out, ", network {} (magic {})", h.network, hex(h.magic))?;
+    match h.probe {
+        ProbeKind::BitcoinP2p => write!(out, ", network {} (magic {})", h.network, hex(h.magic))?,
+        p if p.uses_network() => write!(out, ", network {}", h.network)?,
+        _ => {}
     }
-    if matches!(h.probe, ProbeKind::BitcoinP2p | ProbeKind::Blockbook) {
+    if h.probe.reads_height() {
         write!(out, ", max_lag_blocks {}", h.max_lag_blocks)?;
     }
     if let Some(t) = h.stall_timeout {

@@ -152,7 +152,8 @@ pub struct HealthConfig {
     pub timeout: Duration,
     /// Blocks a backend may trail the best usable backend.
     pub max_lag_blocks: u64,
-    /// Network name (`litecoin`, ...) or `custom` when only `magic` was given.
+    /// Network name (`litecoin`, ...) or `custom` when only `magic` was given:
+    /// whose proof-of-work rules prove heights.
     pub network: String,
     /// Message-start bytes in wire order.
     pub magic: [u8; 4],
@@ -182,6 +183,11 @@ pub enum ProbeKind {
     Blockbook,
     /// Any 2xx answer is healthy.
     Http,
+    /// Electrum server over TCP: `server.version`, then
+    /// `blockchain.headers.subscribe` reads the height and the tip header.
+    Electrum,
+    /// As [`ProbeKind::Electrum`] over TLS; any certificate is accepted.
+    ElectrumTls,
 }
 
 impl ProbeKind {
@@ -192,7 +198,29 @@ impl ProbeKind {
             ProbeKind::BitcoinP2p => "bitcoin-p2p",
             ProbeKind::Blockbook => "blockbook",
             ProbeKind::Http => "http",
+            ProbeKind::Electrum => "electrum",
+            ProbeKind::ElectrumTls => "electrum-tls",
         }
+    }
+
+    /// True for the probes that read a node's height (lag is judged).
+    pub fn reads_height(self) -> bool {
+        match self {
+            ProbeKind::BitcoinP2p
+            | ProbeKind::Blockbook
+            | ProbeKind::Electrum
+            | ProbeKind::ElectrumTls => true,
+            ProbeKind::Connect | ProbeKind::Http => false,
+        }
+    }
+
+    /// True for the probes whose heights are checked against `network`'s
+    /// proof-of-work rules.
+    pub fn uses_network(self) -> bool {
+        matches!(
+            self,
+            ProbeKind::BitcoinP2p | ProbeKind::Electrum | ProbeKind::ElectrumTls
+        )
     }
 }
 

@@ -326,6 +326,8 @@ fn build_health(h: RawHealth) -> HealthConfig {
             Some(RawProbe::BitcoinP2p) => ProbeKind::BitcoinP2p,
             Some(RawProbe::Blockbook) => ProbeKind::Blockbook,
             Some(RawProbe::Http) => ProbeKind::Http,
+            Some(RawProbe::Electrum) => ProbeKind::Electrum,
+            Some(RawProbe::ElectrumTls) => ProbeKind::ElectrumTls,
         },
         interval: h.interval.map_or(HEALTH_INTERVAL, |d| d.0),
         timeout: h.timeout.map_or(HEALTH_TIMEOUT, |d| d.0),
@@ -446,7 +448,10 @@ pub(crate) fn default_probe_url(probe: ProbeKind, addr: &str) -> Option<url::Url
     let path = match probe {
         ProbeKind::Blockbook => "/api/",
         ProbeKind::Http => "/",
-        ProbeKind::Connect | ProbeKind::BitcoinP2p => return None,
+        ProbeKind::Connect
+        | ProbeKind::BitcoinP2p
+        | ProbeKind::Electrum
+        | ProbeKind::ElectrumTls => return None,
     };
     url::Url::parse(&format!("http://{addr}{path}")).ok()
 }

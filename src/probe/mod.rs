@@ -7,9 +7,11 @@
 
 pub mod chain;
 pub mod dns;
+pub mod electrum;
 pub mod headers;
 pub mod http;
 pub mod p2p;
 pub mod pow;
 pub mod prober;
+pub mod tls;
 pub mod wire;

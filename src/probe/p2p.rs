@@ -92,7 +92,7 @@ pub async fn probe_proving(
 }
 
 /// Resolve and connect, trying each address in turn, before `deadline`.
-async fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
+pub(super) async fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, String> {
     let addrs: Vec<SocketAddr> = match timeout_at(deadline, tokio::net::lookup_host(addr)).await {
         Err(_) => return Err("resolve timed out".into()),
         Ok(Err(err)) => return Err(format!("resolve: {err}")),

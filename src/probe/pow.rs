@@ -243,11 +243,7 @@ impl ChainParams {
             return Err(PowError::Unlinked { height });
         }
         let bits = header.bits();
-        let limit = target(self.limit_bits);
-        let Some(goal) = target(bits).filter(|t| *t != [0u8; 32] && limit.is_some_and(|l| *t <= l))
-        else {
-            return Err(PowError::BadTarget { height, bits });
-        };
+        let goal = self.goal(height, bits)?;
         let in_turn = match self.retarget {
             Retarget::Never => bits == prev.bits,
             Retarget::MinDifficulty => true,
@@ -263,16 +259,42 @@ impl ChainParams {
                 to: bits,
             });
         }
-        let mut work = header.pow_hash(self.pow);
-        work.reverse(); // to big-endian, as the target is
-        if work > goal {
-            return Err(PowError::NoWork { height });
-        }
+        self.work(height, header, &goal)?;
         Ok(Tip {
             height,
             hash: header.hash(),
             bits,
         })
+    }
+
+    /// Check `header`, said to be at `height`, on its own: its target is
+    /// valid and within the network's limit, and its hash is under it. What
+    /// a lone tip header (an Electrum server's) can show: that work was
+    /// done at a difficulty the network allows, not where the block sits.
+    ///
+    /// # Errors
+    /// [`PowError::BadTarget`] or [`PowError::NoWork`].
+    pub fn check_alone(&self, height: u64, header: &Header) -> Result<(), PowError> {
+        let goal = self.goal(height, header.bits())?;
+        self.work(height, header, &goal)
+    }
+
+    /// The target `bits` encode, if valid, non-zero and within the limit.
+    fn goal(&self, height: u64, bits: u32) -> Result<[u8; 32], PowError> {
+        let limit = target(self.limit_bits);
+        target(bits)
+            .filter(|t| *t != [0u8; 32] && limit.is_some_and(|l| *t <= l))
+            .ok_or(PowError::BadTarget { height, bits })
+    }
+
+    /// `header`'s proof-of-work hash is at or below `goal`.
+    fn work(&self, height: u64, header: &Header, goal: &[u8; 32]) -> Result<(), PowError> {
+        let mut work = header.pow_hash(self.pow);
+        work.reverse(); // to big-endian, as the target is
+        if work > *goal {
+            return Err(PowError::NoWork { height });
+        }
+        Ok(())
     }
 }
 

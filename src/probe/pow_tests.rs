@@ -93,6 +93,30 @@ fn a_changed_nonce_loses_the_work() {
 }
 
 #[test]
+fn a_lone_header_is_judged_by_its_own_target() {
+    let ltc = params("litecoin").unwrap();
+    let g = litecoin_genesis();
+    // No predecessor needed, whatever height it is said to be at.
+    assert_eq!(ltc.check_alone(2_800_000, &g), Ok(()));
+    let mut worse = g.clone();
+    worse.raw[76] ^= 1;
+    assert_eq!(
+        ltc.check_alone(9, &worse),
+        Err(PowError::NoWork { height: 9 })
+    );
+    // Easier than the network allows: refused before any hashing.
+    let mut easy = g;
+    easy.raw[72..76].copy_from_slice(&u32::to_le_bytes(0x207f_ffff));
+    assert_eq!(
+        ltc.check_alone(9, &easy),
+        Err(PowError::BadTarget {
+            height: 9,
+            bits: 0x207f_ffff
+        })
+    );
+}
+
+#[test]
 fn headers_must_link() {
     let ltc = params("litecoin").unwrap();
     let other = Tip {

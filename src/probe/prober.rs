@@ -21,7 +21,8 @@ use crate::net::connect;
 use crate::probe::chain::Chain;
 use crate::probe::http::HttpProber;
 use crate::pool::report::{Report, Verdict};
-use crate::probe::{p2p, pow};
+use crate::probe::tls::AnyCertTls;
+use crate::probe::{electrum, p2p, pow};
 use crate::pool::registry::{BackendId, Pool};
 
 /// What makes two backends' probes the same probe.
@@ -54,6 +55,8 @@ pub struct Prober {
     /// What is known of each network's chain, shared by its probes.
     chains: Arc<Mutex<HashMap<&'static str, Arc<Chain>>>>,
     http: Option<Arc<HttpProber>>,
+    /// TLS for `electrum-tls`.
+    tls: Option<AnyCertTls>,
     tracker: TaskTracker,
     token: CancellationToken,
 }
@@ -68,10 +71,18 @@ impl Prober {
                 None
             }
         };
+        let tls = match AnyCertTls::new() {
+            Ok(tls) => Some(tls),
+            Err(err) => {
+                warn!(err = %err, "tls_prober_unavailable");
+                None
+            }
+        };
         Prober {
             probes: Arc::default(),
             chains: Arc::default(),
             http,
+            tls,
             tracker,
             token,
         }
@@ -219,6 +230,13 @@ impl Prober {
             (ProbeKind::Blockbook | ProbeKind::Http, _, _) => {
                 Report::new(Verdict::Unknown, "no HTTP client")
             }
+            (ProbeKind::Electrum, _, _) => {
+                electrum::probe(addr, None, pow::params(&key.network), timeout).await
+            }
+            (ProbeKind::ElectrumTls, _, _) => match &self.tls {
+                Some(tls) => electrum::probe(addr, Some(tls), pow::params(&key.network), timeout).await,
+                None => Report::new(Verdict::Unknown, "no TLS client"),
+            },
         }
     }
 }

@@ -24,21 +24,34 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"))
 }
 
-/// `deploy/config*.yaml`, sorted; at least three, so a move cannot make the
-/// test pass by checking nothing.
+/// `deploy/config*.yaml` and `deploy/*/config*.yaml`, sorted; at least
+/// four, so a move cannot make the test pass by checking nothing.
 fn deploy_configs() -> Vec<PathBuf> {
     let dir = Path::new(ROOT).join("deploy");
-    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("read deploy entry").path())
+    let entries = |dir: &Path| -> Vec<PathBuf> {
+        fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+            .map(|entry| entry.expect("read deploy entry").path())
+            .collect()
+    };
+    let top = entries(&dir);
+    let nested = top.iter().filter(|p| p.is_dir()).flat_map(|d| entries(d));
+    let mut files: Vec<PathBuf> = top
+        .iter()
+        .cloned()
+        .chain(nested)
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with("config") && name.ends_with(".yaml")
+            p.is_file() && name.starts_with("config") && name.ends_with(".yaml")
         })
         .collect();
     files.sort();
     assert!(
-        files.len() >= 3,
+        files.iter().any(|f| f.ends_with("electrum/config.yaml")),
+        "deploy/electrum/config.yaml not found: {files:?}"
+    );
+    assert!(
+        files.len() >= 4,
         "only {} deploy/config*.yaml: {files:?}",
         files.len()
     );

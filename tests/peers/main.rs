@@ -1,11 +1,12 @@
-//! Tests against real Litecoin peers (`litecoind`, skipped when it is not
-//! installed unless `PIN_PROXY_REQUIRE_PEERS=1`) and the lying-peer cases
-//! around them: `cargo test --test peers banned::`.
+//! Tests against real Litecoin peers (`litecoind`, and ElectrumX on top of
+//! it; skipped when not installed unless `PIN_PROXY_REQUIRE_PEERS=1`) and
+//! the lying-peer cases around them: `cargo test --test peers banned::`.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod banned;
+mod electrumx;
 mod liar;
 mod litecoind_e2e;
 mod litecoind_probe;

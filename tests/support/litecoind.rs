@@ -68,14 +68,17 @@ pub fn peers_available(bins: &[&str]) -> bool {
     if missing.is_empty() {
         return true;
     }
+    let where_ = format!("on PATH or in {}", SYSTEM_DIRS.join(" or "));
+    not_installed(&missing.join(" and "), &where_)
+}
+
+/// `what` was not found `where_`: false after a skip notice, or a panic
+/// under `PIN_PROXY_REQUIRE_PEERS=1`.
+pub fn not_installed(what: &str, where_: &str) -> bool {
     if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-        panic!(
-            "{REQUIRE_ENV}=1 but {} not found on PATH or in {} (run .ci/install-peers.sh)",
-            missing.join(" and "),
-            SYSTEM_DIRS.join(" or ")
-        );
+        panic!("{REQUIRE_ENV}=1 but {what} not found {where_} (run .ci/install-peers.sh)");
     }
-    eprintln!("skipping: {} not installed", missing.join(" and "));
+    eprintln!("skipping: {what} not installed");
     false
 }
 
@@ -189,6 +192,20 @@ impl Litecoind {
     /// The node's process id (to freeze it with SIGSTOP, say).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The loopback port of its RPC server.
+    pub fn rpc_port(&self) -> u16 {
+        self.rpc_port
+    }
+
+    /// RPC credentials, `user:password`, from the node's cookie file.
+    pub fn rpc_auth(&self) -> String {
+        let cookie = self.dir.path().join("regtest").join(".cookie");
+        fs::read_to_string(&cookie)
+            .unwrap_or_else(|e| panic!("read {}: {e}", cookie.display()))
+            .trim()
+            .to_owned()
     }
 
     /// Mines `blocks` blocks (`generatetoaddress`). Panics if that would pass

@@ -5,6 +5,7 @@
 pub mod blockbook;
 pub mod dns;
 pub mod dnsmasq;
+pub mod electrumx;
 pub mod inproc;
 pub mod liar;
 pub mod litecoind;

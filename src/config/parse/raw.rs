@@ -144,6 +144,8 @@ pub(super) enum RawProbe {
     BitcoinP2p,
     Blockbook,
     Http,
+    Electrum,
+    ElectrumTls,
 }
 
 /// Known networks and their message-start bytes in wire order.

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::parse;
+use super::{default_probe_url, parse};
 use crate::config::{Config, ConfigError, LogFormat, ProbeKind};
 
 const POOL: &str = "pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    backends: [h:1]\n";
@@ -92,6 +92,25 @@ fn defaults_merge_key_by_key_and_pool_wins() {
         (ProbeKind::BitcoinP2p, secs(7), secs(2))
     );
     assert_eq!((h.fall, h.rise), (4, 1));
+}
+
+#[test]
+fn electrum_probes_read_heights_on_the_backend_itself() {
+    for (name, kind) in [
+        ("electrum", ProbeKind::Electrum),
+        ("electrum-tls", ProbeKind::ElectrumTls),
+    ] {
+        let c = ok(&format!(
+            "{POOL}    health: {{ probe: {name}, network: litecoin-regtest }}\n"
+        ));
+        let h = &c.pools[0].health;
+        assert_eq!((h.probe, h.network.as_str()), (kind, "litecoin-regtest"));
+        assert_eq!(kind.as_str(), name);
+        assert!(kind.reads_height() && kind.uses_network());
+        // The server's own address is probed: no URL to derive.
+        assert_eq!(default_probe_url(kind, "h:50001"), None);
+        assert_eq!(c.pools[0].backends[0].probe_url, None);
+    }
 }
 
 #[test]

@@ -1,0 +1,329 @@
+//! Electrum server probe (`electrum`, `electrum-tls`): newline-delimited
+//! JSON-RPC 2.0 on the server's own address.
+//!
+//! Connect (for TLS, handshake accepting any certificate: see
+//! [`super::tls`]), send `server.version` (protocol 1.6 requires it first),
+//! then `blockchain.headers.subscribe`, whose answer is the tip: its height
+//! and its 80-byte header. The header's proof of work must be under its own
+//! target, within the network's limit; that proves the height. A failed
+//! connect is `down`, and so is a server that accepts and then closes
+//! before answering (what ElectrumX does at `MAX_SESSIONS`). An error
+//! reply, garbage, a line over [`MAX_LINE`] bytes, a header without its
+//! work, or no answer within the timeout is `unknown`. The whole probe,
+//! connect included, ends within its timeout and reads at most
+//! [`MAX_READ`] bytes.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::{Instant, timeout_at};
+use tracing::debug;
+
+use super::p2p;
+use super::pow::{ChainParams, HEADER_LEN, Header};
+use super::tls::AnyCertTls;
+use crate::pool::report::{Proof, Report, Verdict};
+
+/// Longest line read from a server.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Most bytes read in one probe (notifications may come between answers).
+pub const MAX_READ: usize = 4 * MAX_LINE;
+
+/// Our `client_name` in `server.version`.
+const CLIENT: &str = concat!("pin-proxy/", env!("CARGO_PKG_VERSION"));
+
+/// The protocol versions asked for: 1.4 is the oldest whose
+/// `blockchain.headers.subscribe` answers with the raw header.
+const PROTOCOLS: [&str; 2] = ["1.4", "1.6"];
+
+/// Most characters of server-supplied text kept in a detail.
+const MAX_SHOWN: usize = 80;
+
+/// Probe the Electrum server at `addr` (`host:port`), over TLS when `tls`
+/// is given; its tip header is checked under `params` (none: a custom
+/// network, whose heights can only be corroborated).
+///
+/// Never panics; returns within `timeout` (plus scheduling delay and one
+/// proof-of-work hash).
+pub async fn probe(
+    addr: &str,
+    tls: Option<&AnyCertTls>,
+    params: Option<&ChainParams>,
+    timeout: Duration,
+) -> Report {
+    let now = Instant::now();
+    // A timeout too large to add is as good as none; a day bounds it anyway.
+    let deadline = now
+        .checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400));
+    let stream = match p2p::connect(addr, deadline).await {
+        Ok(stream) => stream,
+        Err(detail) => return Report::new(Verdict::Down, detail),
+    };
+    let tip = match tls {
+        None => ask(stream, deadline, timeout).await,
+        Some(tls) => match timeout_at(deadline, tls.connect(addr, stream)).await {
+            Ok(Ok(stream)) => ask(stream, deadline, timeout).await,
+            Ok(Err(err)) => Err(handshake_failure(&err)),
+            Err(_) => Err(Failure::Garbled(format!(
+                "no TLS handshake within {}",
+                humantime::format_duration(timeout)
+            ))),
+        },
+    };
+    let tip = match tip {
+        Ok(tip) => tip,
+        Err(Failure::Closed(detail)) => return Report::new(Verdict::Down, detail),
+        Err(Failure::Garbled(detail)) => return Report::new(Verdict::Unknown, detail),
+    };
+    let height = tip.height;
+    let proof = match params {
+        Some(params) => match params.check_alone(height, &tip.header) {
+            Ok(()) => Proof::Proven,
+            Err(err) => return Report::new(Verdict::Unknown, format!("tip {err}")),
+        },
+        None => Proof::Unproven("no proof-of-work rules for a custom network".into()),
+    };
+    Report {
+        proof,
+        ..Report::with_height(
+            Verdict::Healthy,
+            height,
+            format!("height {height} ({}, protocol {})", tip.software, tip.protocol),
+        )
+    }
+}
+
+/// What a server said its tip is.
+struct Tip {
+    software: String,
+    protocol: String,
+    height: u64,
+    header: Header,
+}
+
+/// Why a probe failed after the connect.
+#[derive(Debug)]
+enum Failure {
+    /// The server closed or reset the connection before answering.
+    Closed(String),
+    /// It answered something we do not understand, an error, or nothing in time.
+    Garbled(String),
+}
+
+/// A TLS handshake that ended with the server hanging up refuses us as
+/// a closed connection does; anything else is a server we do not understand.
+fn handshake_failure(err: &std::io::Error) -> Failure {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    let detail = format!("TLS handshake: {err}");
+    match err.kind() {
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => Failure::Closed(detail),
+        _ => Failure::Garbled(detail),
+    }
+}
+
+/// Ask for the version and the tip on `stream`, then close it.
+async fn ask<S>(stream: S, deadline: Instant, timeout: Duration) -> Result<Tip, Failure>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut session = Session::new(stream);
+    let tip = match timeout_at(deadline, session.tip()).await {
+        Ok(tip) => tip,
+        Err(_) => Err(Failure::Garbled(format!(
+            "no answer to {} within {}",
+            session.awaiting,
+            humantime::format_duration(timeout)
+        ))),
+    };
+    session.close().await;
+    tip
+}
+
+/// A line-framed JSON-RPC connection within a read budget.
+struct Session<S> {
+    stream: S,
+    /// Bytes read and not yet returned as lines.
+    buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
+    read: usize,
+    next_id: u64,
+    /// The method whose answer we wait for, for errors.
+    awaiting: &'static str,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    fn new(stream: S) -> Session<S> {
+        Session {
+            stream,
+            buf: Vec::new(),
+            scanned: 0,
+            read: 0,
+            next_id: 0,
+            awaiting: "server.version",
+        }
+    }
+
+    async fn tip(&mut self) -> Result<Tip, Failure> {
+        let version = self.call("server.version", json!([CLIENT, PROTOCOLS])).await?;
+        let (software, protocol) = match version.as_array().map(Vec::as_slice) {
+            Some([Value::String(software), Value::String(protocol)]) => {
+                (shown(software), shown(protocol))
+            }
+            _ => return Err(self.odd(&version)),
+        };
+        let tip = self.call("blockchain.headers.subscribe", json!([])).await?;
+        let height = tip.get("height").and_then(Value::as_u64);
+        let header = tip.get("hex").and_then(Value::as_str).and_then(header);
+        match (height, header) {
+            (Some(height), Some(header)) => Ok(Tip {
+                software,
+                protocol,
+                height,
+                header,
+            }),
+            _ => Err(self.odd(&tip)),
+        }
+    }
+
+    /// Send a request and return its `result`, skipping notifications.
+    async fn call(&mut self, method: &'static str, params: Value) -> Result<Value, Failure> {
+        self.awaiting = method;
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut line = request.to_string().into_bytes();
+        line.push(b'\n');
+        let sent = match self.stream.write_all(&line).await {
+            Ok(()) => self.stream.flush().await,
+            Err(err) => Err(err),
+        };
+        sent.map_err(|err| Failure::Closed(format!("send {method}: {err}")))?;
+        loop {
+            let line = self.line().await?;
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            let Ok(Value::Object(mut reply)) = serde_json::from_slice::<Value>(&line) else {
+                return Err(Failure::Garbled(format!(
+                    "answer to {method} is not a JSON-RPC object"
+                )));
+            };
+            let answer_id = reply.get("id").filter(|id| !id.is_null());
+            if answer_id.is_none() && reply.contains_key("method") {
+                continue; // a notification
+            }
+            if let Some(error) = reply.get("error").filter(|e| !e.is_null()) {
+                let message = error.get("message").and_then(Value::as_str);
+                let message = message.map_or_else(|| shown(&error.to_string()), shown);
+                return Err(Failure::Garbled(format!("{method} answered error: {message}")));
+            }
+            if answer_id != Some(&json!(id)) {
+                return Err(Failure::Garbled(format!(
+                    "answer to {method} has the wrong id"
+                )));
+            }
+            return reply
+                .remove("result")
+                .ok_or_else(|| Failure::Garbled(format!("answer to {method} has no result")));
+        }
+    }
+
+    /// An answer of the wrong shape.
+    fn odd(&self, answer: &Value) -> Failure {
+        Failure::Garbled(format!(
+            "{} answered {}",
+            self.awaiting,
+            shown(&answer.to_string())
+        ))
+    }
+
+    /// The next line, newline included, within the line and read budgets.
+    async fn line(&mut self) -> Result<Vec<u8>, Failure> {
+        let mut chunk = [0u8; 8 * 1024];
+        loop {
+            if let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                let end = self.scanned + at + 1;
+                self.scanned = 0;
+                if end > MAX_LINE {
+                    return Err(self.too_long());
+                }
+                return Ok(self.buf.drain(..end).collect());
+            }
+            self.scanned = self.buf.len();
+            if self.buf.len() > MAX_LINE {
+                return Err(self.too_long());
+            }
+            if self.read >= MAX_READ {
+                return Err(Failure::Garbled(format!(
+                    "no answer to {} in the first {MAX_READ} bytes",
+                    self.awaiting
+                )));
+            }
+            let want = chunk.len().min(MAX_READ - self.read);
+            let n = match self.stream.read(&mut chunk[..want]).await {
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Err(Failure::Closed(format!(
+                        "reset before the answer to {}",
+                        self.awaiting
+                    )));
+                }
+                Err(err) => return Err(Failure::Closed(format!("read: {err}"))),
+            };
+            if n == 0 {
+                return Err(Failure::Closed(format!(
+                    "closed before the answer to {}",
+                    self.awaiting
+                )));
+            }
+            self.read += n;
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn too_long(&self) -> Failure {
+        Failure::Garbled(format!(
+            "a line over {MAX_LINE} bytes while waiting for {}",
+            self.awaiting
+        ))
+    }
+
+    async fn close(&mut self) {
+        if let Err(err) = self.stream.shutdown().await {
+            debug!(err = %err, "probe_shutdown_failed");
+        }
+    }
+}
+
+/// An 80-byte header from its hex.
+fn header(hex: &str) -> Option<Header> {
+    let hex = hex.as_bytes();
+    if hex.len() != 2 * HEADER_LEN {
+        return None;
+    }
+    let nibble = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let mut raw = [0u8; HEADER_LEN];
+    for (byte, pair) in raw.iter_mut().zip(hex.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(Header { raw })
+}
+
+/// Server-supplied text as it may appear in a detail: no control
+/// characters, at most [`MAX_SHOWN`] characters.
+fn shown(text: &str) -> String {
+    let mut out: String = text.chars().filter(|c| !c.is_control()).collect();
+    if let Some((cut, _)) = out.char_indices().nth(MAX_SHOWN) {
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "electrum_tests.rs"]
+mod tests;
