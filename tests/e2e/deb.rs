@@ -89,9 +89,12 @@ fn build() -> Packages {
     let fields = fs::read_to_string(&control).expect("read control");
     let older: String = fields
         .lines()
-        .map(|l| match l.starts_with("Version:") {
-            true => "Version: 0.0.1-1\n".to_owned(),
-            false => format!("{l}\n"),
+        .map(|l| {
+            if l.starts_with("Version:") {
+                "Version: 0.0.1-1\n".to_owned()
+            } else {
+                format!("{l}\n")
+            }
         })
         .collect();
     fs::write(&control, older).expect("write control");
@@ -356,6 +359,14 @@ fn install_upgrade_remove_and_purge_in_a_staging_root_without_systemd() {
     assert!(out.contains("not started"), "{out}");
     assert_eq!(installed(root), "install ok installed 0.0.1-1");
     assert_configured(root);
+    let summary = ok(Command::new(root.join("usr/bin/pin-proxy"))
+        .arg("check")
+        .arg("-c")
+        .arg(root.join(CONF)));
+    assert!(
+        summary.contains("state_file: /var/lib/pin-proxy/state.json"),
+        "{summary}"
+    );
 
     // The operator edits the config; the service wrote its state.
     let edited = format!(
