@@ -3,6 +3,7 @@
 //! readable line on stderr. Loopback targets only; every loop is bounded
 //! in count and time.
 
+mod admin;
 mod churn;
 mod echo;
 mod idle;
