@@ -1,0 +1,411 @@
+//! Discovery at N members: dnsmasq answers one name with N A records on
+//! 127.x addresses (nothing listens there; probes run once, at start-up),
+//! pin-proxy (the given binary) follows it, and over ROUNDS lookup
+//! intervals this reports the cost of a lookup as the proxy logs it
+//! (`lookup` events, `ms`), the proxy's CPU per lookup, its RSS against a
+//! proxy with one static backend, and how long one more address takes to
+//! show in `/status` after dnsmasq reads its hosts file again.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::admin::{self, free_port};
+use crate::child::Kid;
+use crate::dnsmasq::{self, Dnsmasq};
+use crate::procfs;
+
+/// The name dnsmasq answers and the entry that discovers it.
+const NAME: &str = "big.test";
+const DOMAIN: &str = "test";
+const ENTRY: &str = "big";
+const PORT: u16 = 9333;
+const LOG_LEVEL: &str = "warn,pin_proxy::runtime::discover=debug";
+/// dnsmasq answers a TCP connection from a process forked before a reload
+/// for up to this many queries or this long (see [`Dnsmasq::end_tcp_children`]).
+const TCP_MAX_QUERIES: u32 = 100;
+const CHILD_LIFETIME: Duration = Duration::from_secs(150);
+
+/// What to run.
+pub struct Params {
+    pub proxy: PathBuf,
+    pub dnsmasq: PathBuf,
+    pub members: usize,
+    pub interval: Duration,
+    pub rounds: usize,
+}
+
+pub async fn run(p: Params) -> anyhow::Result<Value> {
+    if !p.dnsmasq.is_file() {
+        let why = format!("no dnsmasq at {}", p.dnsmasq.display());
+        eprintln!("discovery: skipped: {why} (apt-get install dnsmasq-base, or --dnsmasq PATH)");
+        return Ok(json!({ "test": "discovery", "members": p.members, "skipped": why }));
+    }
+    if p.members == 0 || p.rounds == 0 || p.interval.is_zero() {
+        bail!("--members, --rounds and --interval must be more than 0");
+    }
+    let dir = std::env::temp_dir().join(format!("loadgen-discovery-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    // Every child lives inside `measure`: dropping it (an error, a signal)
+    // kills them.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let result = tokio::select! {
+        r = measure(&p, &dir) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
+    };
+    // Only a temporary directory of ours; a leftover is harmless.
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn measure(p: &Params, dir: &Path) -> anyhow::Result<Value> {
+    let load_before = procfs::loadavg()?;
+    let rss_base_kib = baseline(p, dir).await?;
+
+    let hosts = dir.join("hosts");
+    dnsmasq::write_hosts(&hosts, NAME, p.members)?;
+    let mut dns = Dnsmasq::start(&p.dnsmasq, &hosts, DOMAIN, &dir.join("dnsmasq.log")).await?;
+    let answer = dnsmasq::query_a(dns.addr, NAME).await?;
+    let fits = answer.records == p.members && !answer.truncated && answer.rcode == 0;
+    let dns_answer = json!({
+        "records": answer.records,
+        "bytes": answer.bytes,
+        "truncated": answer.truncated,
+        "rcode": answer.rcode,
+        "tcp_query_ms": ms(answer.elapsed),
+    });
+
+    let admin = free_port()?;
+    let config = dir.join("config.yaml");
+    let discover = format!("{{ name: {ENTRY}, discover: \"{NAME}:{PORT}\" }}");
+    write_config(&config, admin, p, &discover, Some(dns.addr))?;
+    let log = dir.join("log.jsonl");
+    let started = Instant::now();
+    let mut proxy = start_proxy(&p.proxy, &config, &log)?;
+    let pid = proxy.pid();
+    let full = Duration::from_secs(30) + p.interval * 3;
+    if !fits {
+        return too_big(p, &mut proxy, admin, dns_answer, full).await;
+    }
+    let (_, status_bytes) = wait_members(&mut proxy, admin, p.members, full, 100).await?;
+    let to_members_ms = started.elapsed().as_millis() as u64;
+    let rss_members_kib = procfs::rss_kib(pid)?;
+    let t = Instant::now();
+    admin::request(admin, "GET", "/status", Duration::from_secs(10)).await?;
+    let status_ms = ms(t.elapsed());
+
+    // The window runs from one lookup event to the ROUNDS-th after it.
+    let per_round = p.interval * 2 + Duration::from_secs(5);
+    let before = lookups(&log).len();
+    let first = wait_lookups(&mut proxy, &log, before + 1, per_round).await?;
+    let (cpu0, ns0) = (procfs::cpu_seconds(pid)?, procfs::on_cpu_ns(pid)?);
+    let dns_ns0 = procfs::on_cpu_ns(dns.pid())?;
+    let bound = per_round * p.rounds as u32;
+    wait_lookups(&mut proxy, &log, first + p.rounds, bound).await?;
+    let (cpu1, ns1) = (procfs::cpu_seconds(pid)?, procfs::on_cpu_ns(pid)?);
+    let dns_ns1 = procfs::on_cpu_ns(dns.pid())?;
+    let all = lookups(&log);
+    let window = all.get(first..first + p.rounds).context("lookup events")?;
+    let mut lookup_ms: Vec<u64> = window.iter().filter_map(|e| e["ms"].as_u64()).collect();
+    lookup_ms.sort_unstable();
+    let found_ok = window
+        .iter()
+        .all(|e| e["found"].as_u64() == Some(p.members as u64));
+    let rss_kib = procfs::rss_kib(pid)?;
+
+    // One more address, as dnsmasq serves it; then one more with its TCP
+    // children ended, so that the next lookup reaches the reloaded data.
+    let stale = p.interval * TCP_MAX_QUERIES;
+    let bound = stale.min(CHILD_LIFETIME) + per_round * 2;
+    let changed = change(
+        &mut proxy,
+        &mut dns,
+        &hosts,
+        &log,
+        admin,
+        p.members + 1,
+        false,
+        bound,
+    )
+    .await?;
+    let bound = per_round * 2;
+    let fresh = change(
+        &mut proxy,
+        &mut dns,
+        &hosts,
+        &log,
+        admin,
+        p.members + 2,
+        true,
+        bound,
+    )
+    .await?;
+    let rss_after_change_kib = procfs::rss_kib(pid)?;
+
+    let rounds = p.rounds as f64;
+    let per_member_b = (rss_kib as f64 - rss_base_kib as f64) * 1024.0 / p.members as f64;
+    let out = json!({
+        "test": "discovery",
+        "members": p.members,
+        "fits": true,
+        "interval_ms": p.interval.as_millis() as u64,
+        "rounds": p.rounds,
+        "dns_answer": dns_answer,
+        "to_members_ms": to_members_ms,
+        "lookup_ms": {
+            "p50": quantile(&lookup_ms, 0.50),
+            "p99": quantile(&lookup_ms, 0.99),
+            "max": lookup_ms.last(),
+            "n": lookup_ms.len(),
+        },
+        "every_lookup_found_all": found_ok,
+        "cpu_ms_per_lookup": round2((cpu1 - cpu0) * 1e3 / rounds),
+        "on_cpu_ms_per_lookup": round2((ns1 - ns0) as f64 / 1e6 / rounds),
+        "dnsmasq_on_cpu_ms_per_lookup": round2((dns_ns1 - dns_ns0) as f64 / 1e6 / rounds),
+        "rss_kib": rss_kib,
+        "rss_at_members_kib": rss_members_kib,
+        "rss_after_change_kib": rss_after_change_kib,
+        "rss_baseline_kib": rss_base_kib,
+        "rss_per_member_b": per_member_b.round(),
+        "status_bytes": status_bytes,
+        "status_ms": status_ms,
+        "change": changed,
+        "change_fresh": fresh,
+        "loadavg": [load_before, procfs::loadavg()?],
+    });
+    eprintln!(
+        "discovery: {} members, lookup p50/p99/max {:?}/{:?}/{:?} ms, CPU {:.2} ms per lookup, \
+         RSS {rss_kib} KiB (one static backend: {rss_base_kib} KiB, {per_member_b:.0} B a member), \
+         one more member in /status after {} ms ({} ms with dnsmasq's TCP children ended)",
+        p.members,
+        quantile(&lookup_ms, 0.50),
+        quantile(&lookup_ms, 0.99),
+        lookup_ms.last(),
+        (ns1 - ns0) as f64 / 1e6 / rounds,
+        changed["ms"],
+        fresh["ms"],
+    );
+    Ok(out)
+}
+
+/// RSS of a proxy with the same pool but one static backend, once settled.
+async fn baseline(p: &Params, dir: &Path) -> anyhow::Result<u64> {
+    let admin = free_port()?;
+    let config = dir.join("baseline.yaml");
+    let backend = format!("\"{}:{PORT}\"", dnsmasq::address(0));
+    write_config(&config, admin, p, &backend, None)?;
+    let mut proxy = start_proxy(&p.proxy, &config, &dir.join("baseline.jsonl"))?;
+    wait_members(&mut proxy, admin, 0, Duration::from_secs(30), 100).await?;
+    // Its start-up probe and first ticks done, as for the measured one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    procfs::rss_kib(proxy.pid())
+}
+
+/// The proxy's config: one pool whose `backends` list is `backend`,
+/// probed at start-up only, no rebalancing.
+fn write_config(
+    path: &Path,
+    admin: SocketAddr,
+    p: &Params,
+    backend: &str,
+    resolver: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let listen = free_port()?;
+    let discovery = match resolver {
+        Some(r) => format!(
+            "    discovery: {{ interval: {}ms, hold: 5m, resolver: \"{r}\" }}\n",
+            p.interval.as_millis()
+        ),
+        None => String::new(),
+    };
+    let text = format!(
+        "admin: {{ listen: \"{admin}\" }}\nlog: {{ level: \"{LOG_LEVEL}\", format: json }}\n\
+         pools:\n  - name: p\n    listen: \"{listen}\"\n    \
+         rebalance: {{ interval: 0s }}\n    health: {{ probe: connect, interval: 1h }}\n\
+         {discovery}    backends: [{backend}]\n"
+    );
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
+
+fn start_proxy(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Kid> {
+    let out = std::fs::File::create(log)?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "-c"])
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::inherit());
+    Kid::spawn(&mut cmd, &format!("{}", bin.display()))
+}
+
+/// When one DNS message cannot hold every member (at most 65,535 bytes
+/// over TCP, 16 bytes an A record): what the proxy makes of the answer.
+async fn too_big(
+    p: &Params,
+    proxy: &mut Kid,
+    admin: SocketAddr,
+    dns_answer: Value,
+    timeout: Duration,
+) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + timeout;
+    let entry = loop {
+        proxy.alive()?;
+        let status = admin::request(admin, "GET", "/status", Duration::from_secs(10)).await;
+        let entry = status.map(|s| s["pools"][0]["discovery"][0].clone());
+        match entry {
+            Ok(e) if !e["last_lookup"].is_null() => break e,
+            _ if Instant::now() > deadline => {
+                bail!("no lookup in /status within {timeout:?}: {entry:?}")
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "discovery: {} members do not fit one DNS answer: dnsmasq sends {} ({} bytes, truncated: {}); \
+         the proxy: {} members, error {}",
+        p.members,
+        dns_answer["records"],
+        dns_answer["bytes"],
+        dns_answer["truncated"],
+        entry["members"],
+        entry["error"],
+    );
+    Ok(json!({
+        "test": "discovery",
+        "members": p.members,
+        "fits": false,
+        "dns_answer": dns_answer,
+        "proxy_discovery": entry,
+    }))
+}
+
+/// Poll `/status` every `every_ms` until the pool has `n` discovered
+/// members (for `n` = 0: until it answers at all); the document and its
+/// size.
+async fn wait_members(
+    proxy: &mut Kid,
+    admin: SocketAddr,
+    n: usize,
+    timeout: Duration,
+    every_ms: u64,
+) -> anyhow::Result<(Value, usize)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        proxy.alive()?;
+        let last = match admin::request(admin, "GET", "/status", Duration::from_secs(10)).await {
+            Ok(status) => {
+                let pool = &status["pools"][0];
+                let members = pool["discovery"][0]["members"].as_u64().unwrap_or(0);
+                let listed = pool["backends"].as_array().map_or(0, |b| {
+                    b.iter().filter(|b| b["discovered_from"] == ENTRY).count()
+                });
+                if members == n as u64 && listed == n {
+                    let size = status.to_string().len();
+                    return Ok((status, size));
+                }
+                format!(
+                    "{members} members, {listed} listed, {}",
+                    pool["discovery"][0]
+                )
+            }
+            Err(e) => format!("{e:#}"),
+        };
+        if Instant::now() > deadline {
+            bail!("/status did not show {n} members within {timeout:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(every_ms)).await;
+    }
+}
+
+/// Rewrite the hosts file with `to` addresses and SIGHUP dnsmasq (with
+/// `fresh`, end its TCP children too); wait until `/status` shows `to`
+/// members: how long that took, how many lookups it took, the `ms` of the
+/// one that found them, and lookups that failed meanwhile.
+#[allow(clippy::too_many_arguments)]
+async fn change(
+    proxy: &mut Kid,
+    dns: &mut Dnsmasq,
+    hosts: &Path,
+    log: &Path,
+    admin: SocketAddr,
+    to: usize,
+    fresh: bool,
+    bound: Duration,
+) -> anyhow::Result<Value> {
+    dnsmasq::write_hosts(hosts, NAME, to)?;
+    let (seen, failed) = (lookups(log).len(), events(log, "discovery_failed").len());
+    let t = Instant::now();
+    dns.reload()?;
+    let ended = if fresh { dns.end_tcp_children()? } else { 0 };
+    wait_members(proxy, admin, to, bound, 20).await?;
+    let took = ms(t.elapsed());
+    let after = lookups(log).split_off(seen);
+    let at = after
+        .iter()
+        .position(|e| e["found"].as_u64() == Some(to as u64));
+    Ok(json!({
+        "members": to,
+        "ms": took,
+        "tcp_children_ended": ended,
+        "lookups": at.map(|i| i + 1),
+        "lookup_ms": at.and_then(|i| after[i]["ms"].as_u64()),
+        "failed_lookups": events(log, "discovery_failed").len() - failed,
+    }))
+}
+
+/// The `lookup` events logged so far.
+fn lookups(log: &Path) -> Vec<Value> {
+    events(log, "lookup")
+}
+
+/// The events named `message` logged so far.
+fn events(log: &Path, message: &str) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["message"] == message)
+        .collect()
+}
+
+/// Wait until `n` lookup events are logged; the count then (`n` or more).
+async fn wait_lookups(
+    proxy: &mut Kid,
+    log: &Path,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        proxy.alive()?;
+        let seen = lookups(log).len();
+        if seen >= n {
+            return Ok(seen);
+        }
+        if Instant::now() > deadline {
+            bail!("{seen} lookup events logged, not {n}, within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Nearest rank.
+fn quantile(sorted: &[u64], q: f64) -> Option<u64> {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+fn ms(d: Duration) -> f64 {
+    round2(d.as_secs_f64() * 1e3)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
