@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::child::Kid;
+use crate::procfs;
 
 /// Addresses per /24, skipping `.0` and `.251` up.
 const PER_NET: usize = 250;
@@ -111,6 +112,20 @@ impl Dnsmasq {
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.kid.pid()
+    }
+
+    /// Nanoseconds on a CPU of it and of the children serving TCP now (one
+    /// that ended meanwhile is not counted).
+    ///
+    /// # Errors
+    /// It is gone.
+    pub fn on_cpu_ns(&self) -> anyhow::Result<u64> {
+        let children = children(self.pid())?;
+        let served: u64 = children
+            .iter()
+            .filter_map(|&c| procfs::on_cpu_ns(c).ok())
+            .sum();
+        Ok(procfs::on_cpu_ns(self.pid())? + served)
     }
 
     /// Have it read its hosts file again (SIGHUP).

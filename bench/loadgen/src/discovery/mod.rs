@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -18,6 +17,9 @@ use crate::admin::{self, free_port};
 use crate::child::Kid;
 use crate::dnsmasq::{self, Dnsmasq};
 use crate::procfs;
+use proxy::{events, lookups, start_proxy, wait_lookups, wait_members, write_config};
+
+mod proxy;
 
 /// The name dnsmasq answers and the entry that discovers it.
 const NAME: &str = "big.test";
@@ -29,6 +31,8 @@ const LOG_LEVEL: &str = "warn,pin_proxy::runtime::discover=debug";
 /// for up to this many queries or this long (see [`Dnsmasq::end_tcp_children`]).
 const TCP_MAX_QUERIES: u32 = 100;
 const CHILD_LIFETIME: Duration = Duration::from_secs(150);
+/// Before reading an RSS after a burst of allocations.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// What to run.
 pub struct Params {
@@ -104,11 +108,11 @@ async fn measure(p: &Params, dir: &Path) -> anyhow::Result<Value> {
     let before = lookups(&log).len();
     let first = wait_lookups(&mut proxy, &log, before + 1, per_round).await?;
     let (cpu0, ns0) = (procfs::cpu_seconds(pid)?, procfs::on_cpu_ns(pid)?);
-    let dns_ns0 = procfs::on_cpu_ns(dns.pid())?;
+    let dns_ns0 = dns.on_cpu_ns()?;
     let bound = per_round * p.rounds as u32;
     wait_lookups(&mut proxy, &log, first + p.rounds, bound).await?;
     let (cpu1, ns1) = (procfs::cpu_seconds(pid)?, procfs::on_cpu_ns(pid)?);
-    let dns_ns1 = procfs::on_cpu_ns(dns.pid())?;
+    let dns_ns1 = dns.on_cpu_ns()?;
     let all = lookups(&log);
     let window = all.get(first..first + p.rounds).context("lookup events")?;
     let mut lookup_ms: Vec<u64> = window.iter().filter_map(|e| e["ms"].as_u64()).collect();
@@ -145,6 +149,10 @@ async fn measure(p: &Params, dir: &Path) -> anyhow::Result<Value> {
         bound,
     )
     .await?;
+    // Right after `/status` was polled every 20 ms; the allocator returns
+    // what that took within a few seconds.
+    let rss_polled_kib = procfs::rss_kib(pid)?;
+    tokio::time::sleep(SETTLE).await;
     let rss_after_change_kib = procfs::rss_kib(pid)?;
 
     let rounds = p.rounds as f64;
@@ -169,6 +177,7 @@ async fn measure(p: &Params, dir: &Path) -> anyhow::Result<Value> {
         "dnsmasq_on_cpu_ms_per_lookup": round2((dns_ns1 - dns_ns0) as f64 / 1e6 / rounds),
         "rss_kib": rss_kib,
         "rss_at_members_kib": rss_members_kib,
+        "rss_polled_kib": rss_polled_kib,
         "rss_after_change_kib": rss_after_change_kib,
         "rss_baseline_kib": rss_base_kib,
         "rss_per_member_b": per_member_b.round(),
@@ -202,46 +211,8 @@ async fn baseline(p: &Params, dir: &Path) -> anyhow::Result<u64> {
     let mut proxy = start_proxy(&p.proxy, &config, &dir.join("baseline.jsonl"))?;
     wait_members(&mut proxy, admin, 0, Duration::from_secs(30), 100).await?;
     // Its start-up probe and first ticks done, as for the measured one.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(SETTLE).await;
     procfs::rss_kib(proxy.pid())
-}
-
-/// The proxy's config: one pool whose `backends` list is `backend`,
-/// probed at start-up only, no rebalancing.
-fn write_config(
-    path: &Path,
-    admin: SocketAddr,
-    p: &Params,
-    backend: &str,
-    resolver: Option<SocketAddr>,
-) -> anyhow::Result<()> {
-    let listen = free_port()?;
-    let discovery = match resolver {
-        Some(r) => format!(
-            "    discovery: {{ interval: {}ms, hold: 5m, resolver: \"{r}\" }}\n",
-            p.interval.as_millis()
-        ),
-        None => String::new(),
-    };
-    let text = format!(
-        "admin: {{ listen: \"{admin}\" }}\nlog: {{ level: \"{LOG_LEVEL}\", format: json }}\n\
-         pools:\n  - name: p\n    listen: \"{listen}\"\n    \
-         rebalance: {{ interval: 0s }}\n    health: {{ probe: connect, interval: 1h }}\n\
-         {discovery}    backends: [{backend}]\n"
-    );
-    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
-}
-
-fn start_proxy(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Kid> {
-    let out = std::fs::File::create(log)?;
-    let mut cmd = Command::new(bin);
-    cmd.args(["run", "-c"])
-        .arg(config)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::inherit());
-    Kid::spawn(&mut cmd, &format!("{}", bin.display()))
 }
 
 /// When one DNS message cannot hold every member (at most 65,535 bytes
@@ -286,44 +257,6 @@ async fn too_big(
     }))
 }
 
-/// Poll `/status` every `every_ms` until the pool has `n` discovered
-/// members (for `n` = 0: until it answers at all); the document and its
-/// size.
-async fn wait_members(
-    proxy: &mut Kid,
-    admin: SocketAddr,
-    n: usize,
-    timeout: Duration,
-    every_ms: u64,
-) -> anyhow::Result<(Value, usize)> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        proxy.alive()?;
-        let last = match admin::request(admin, "GET", "/status", Duration::from_secs(10)).await {
-            Ok(status) => {
-                let pool = &status["pools"][0];
-                let members = pool["discovery"][0]["members"].as_u64().unwrap_or(0);
-                let listed = pool["backends"].as_array().map_or(0, |b| {
-                    b.iter().filter(|b| b["discovered_from"] == ENTRY).count()
-                });
-                if members == n as u64 && listed == n {
-                    let size = status.to_string().len();
-                    return Ok((status, size));
-                }
-                format!(
-                    "{members} members, {listed} listed, {}",
-                    pool["discovery"][0]
-                )
-            }
-            Err(e) => format!("{e:#}"),
-        };
-        if Instant::now() > deadline {
-            bail!("/status did not show {n} members within {timeout:?}: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(every_ms)).await;
-    }
-}
-
 /// Rewrite the hosts file with `to` addresses and SIGHUP dnsmasq (with
 /// `fresh`, end its TCP children too); wait until `/status` shows `to`
 /// members: how long that took, how many lookups it took, the `ms` of the
@@ -358,42 +291,6 @@ async fn change(
         "lookup_ms": at.and_then(|i| after[i]["ms"].as_u64()),
         "failed_lookups": events(log, "discovery_failed").len() - failed,
     }))
-}
-
-/// The `lookup` events logged so far.
-fn lookups(log: &Path) -> Vec<Value> {
-    events(log, "lookup")
-}
-
-/// The events named `message` logged so far.
-fn events(log: &Path, message: &str) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["message"] == message)
-        .collect()
-}
-
-/// Wait until `n` lookup events are logged; the count then (`n` or more).
-async fn wait_lookups(
-    proxy: &mut Kid,
-    log: &Path,
-    n: usize,
-    timeout: Duration,
-) -> anyhow::Result<usize> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        proxy.alive()?;
-        let seen = lookups(log).len();
-        if seen >= n {
-            return Ok(seen);
-        }
-        if Instant::now() > deadline {
-            bail!("{seen} lookup events logged, not {n}, within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Nearest rank.
