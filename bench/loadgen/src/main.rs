@@ -3,7 +3,11 @@
 //! readable line on stderr. Loopback targets only; every loop is bounded
 //! in count and time.
 
+mod admin;
+mod child;
 mod churn;
+mod discovery;
+mod dnsmasq;
 mod echo;
 mod idle;
 mod iperf;
@@ -132,6 +136,25 @@ enum Command {
         #[command(flatten)]
         rt: Runtime,
     },
+    /// PROXY (a pin-proxy binary) discovering MEMBERS backends from
+    /// dnsmasq: lookup cost, CPU per lookup, RSS per member, time to see
+    /// one more.
+    Discovery {
+        #[arg(long)]
+        proxy: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        members: usize,
+        /// Lookup interval (`500ms`, `1s`, `2m`).
+        #[arg(long, default_value = "1s", value_parser = interval)]
+        interval: Duration,
+        /// Lookup intervals measured.
+        #[arg(long, default_value_t = 30)]
+        rounds: usize,
+        #[arg(long, default_value = "/usr/sbin/dnsmasq")]
+        dnsmasq: PathBuf,
+        #[command(flatten)]
+        rt: Runtime,
+    },
 }
 
 /// What every load command takes.
@@ -185,6 +208,23 @@ fn main() -> anyhow::Result<()> {
                 upgrades,
             };
             report(block_on(rt, upgrade::run(p))?)
+        }
+        Command::Discovery {
+            proxy,
+            members,
+            interval,
+            rounds,
+            dnsmasq,
+            rt,
+        } => {
+            let p = discovery::Params {
+                proxy,
+                dnsmasq,
+                members,
+                interval,
+                rounds,
+            };
+            report(block_on(rt, discovery::run(p))?)
         }
         Command::Pingpong {
             load,
@@ -270,6 +310,20 @@ fn main() -> anyhow::Result<()> {
 
 fn secs(s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).with_context(|| format!("bad duration {s}"))
+}
+
+/// `500ms`, `1s`, `2m`, or plain seconds.
+fn interval(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.trim() {
+        t if t.ends_with("ms") => (&t[..t.len() - 2], 1e-3),
+        t if t.ends_with('s') => (&t[..t.len() - 1], 1.0),
+        t if t.ends_with('m') => (&t[..t.len() - 1], 60.0),
+        t => (t, 1.0),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 1s or 2m"))?;
+    Duration::try_from_secs_f64(n * unit).map_err(|e| format!("{s:?}: {e}"))
 }
 
 fn block_on<T>(rt: Runtime, fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {

@@ -1,6 +1,7 @@
 //! What the benchmark reads about the proxy from /proc: CPU time
-//! (utime + stime of every thread, `/proc/PID/stat`) and resident memory
-//! (`VmRSS`, `/proc/PID/status`).
+//! (utime + stime of every thread, `/proc/PID/stat`; nanoseconds on a CPU,
+//! `/proc/PID/task/*/schedstat`) and resident memory (`VmRSS`,
+//! `/proc/PID/status`).
 
 use anyhow::{Context, bail};
 
@@ -51,6 +52,42 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
         .with_context(|| format!("{path}: VmRSS {kib:?}"))
 }
 
+/// Nanoseconds on a CPU of the process's threads alive now (the first
+/// field of each `/proc/PID/task/TID/schedstat`): finer than the clock
+/// ticks of [`cpu_seconds`], but threads that have ended are not counted.
+///
+/// # Errors
+/// When the process is gone.
+pub fn on_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let dir = format!("/proc/{pid}/task");
+    let mut total = 0;
+    for task in std::fs::read_dir(&dir).with_context(|| format!("read {dir}"))? {
+        let path = task?.path().join("schedstat");
+        // A thread that ended since the listing counts as nothing.
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let ns = text.split_whitespace().next().unwrap_or_default();
+        total += ns
+            .parse::<u64>()
+            .with_context(|| format!("{}: {ns:?}", path.display()))?;
+    }
+    Ok(total)
+}
+
+/// The load averages over 1, 5 and 15 minutes (`/proc/loadavg`).
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn loadavg() -> anyhow::Result<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").context("read /proc/loadavg")?;
+    Ok(text
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
 /// CPU used by an optional process between [`CpuMeter::start`] and
 /// [`CpuMeter::stop`].
 #[derive(Debug, Clone, Copy)]
@@ -96,5 +133,6 @@ mod tests {
         let me = std::process::id();
         assert!(cpu_seconds(me).unwrap() >= 0.0);
         assert!(rss_kib(me).unwrap() > 0);
+        assert!(on_cpu_ns(me).unwrap() > 0);
     }
 }

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::admin::{self, free_port};
 use crate::procfs;
 
 /// What to run.
@@ -102,7 +103,7 @@ async fn measure(
     for u in 1..=p.upgrades {
         worst_us.store(0, Ordering::Relaxed);
         let t = Instant::now();
-        let answer = post_upgrade(admin).await?;
+        let answer = admin::request(admin, "POST", "/upgrade", Duration::from_secs(120)).await?;
         let cli_ms = t.elapsed().as_secs_f64() * 1e3;
         // Pingers that were stalled finish their round now.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -159,22 +160,6 @@ async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `POST /upgrade`; the answer's JSON, or an error with its text.
-async fn post_upgrade(admin: SocketAddr) -> anyhow::Result<Value> {
-    let mut s = TcpStream::connect(admin).await?;
-    s.write_all(
-        b"POST /upgrade HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-    )
-    .await?;
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(120), s.read_to_string(&mut answer)).await??;
-    let (head, body) = answer.split_once("\r\n\r\n").context("an HTTP answer")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!("upgrade failed: {head} {body}");
-    }
-    Ok(serde_json::from_str(body)?)
-}
-
 /// The `n`-th event named `message` in the log, waiting for it.
 async fn wait_for(
     log: &std::path::Path,
@@ -198,10 +183,6 @@ async fn wait_for(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn free_port() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 /// The first pin-proxy process; later ones are found in its log.
