@@ -56,17 +56,22 @@ async fn status_command_prints_a_table_and_the_contract_json() {
         ["generation", "pid", "pools", "uptime_s", "version"]
     );
     let pool = &v["pools"][0];
-    assert_eq!(keys(pool), ["backends", "connections", "listen", "name"]);
+    assert_eq!(
+        keys(pool),
+        ["backends", "connections", "fall", "listen", "name", "rise"]
+    );
     let b = backend(&v, "p", "b");
     assert_eq!(
         keys(b),
         [
             "addr",
             "backup",
+            "bad_probes",
             "bytes_down",
             "bytes_up",
             "connections",
             "discovered_from",
+            "good_probes",
             "height",
             "last_probe",
             "name",
