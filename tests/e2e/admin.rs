@@ -2,7 +2,8 @@
 //! `/status` and `/metrics` with real traffic, maintenance and reload here;
 //! error answers in `admin/errors.rs`; connection bounds under hostile load
 //! in `admin/bounds.rs`; `pin-proxy
-//! status|quarantine|release` in `admin/cli.rs`.
+//! status|quarantine|release` in `admin/cli.rs`; the status page's headers
+//! and the refusal of cross-site commands in `admin/page.rs`.
 
 #[path = "admin/bounds.rs"]
 mod bounds;
@@ -12,6 +13,8 @@ mod cli;
 mod errors;
 #[path = "admin/http.rs"]
 pub(crate) mod http;
+#[path = "admin/page.rs"]
+mod page;
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
