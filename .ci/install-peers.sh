@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the real peers the end-to-end tests drive: litecoind (Litecoin Core,
 # with litecoin-cli) now, haproxy and iperf3 for comparisons and load tests,
-# dnsmasq-base (the dnsmasq binary alone, no service) for backends from DNS.
+# dnsmasq-base (the dnsmasq binary alone, no service) for backends from DNS,
+# chromium (run headless) for the status page.
 #
 # Idempotent: does nothing (and touches no package index) when every package
 # is already installed. Non-interactive. Runs as root, or through sudo.
@@ -65,6 +66,12 @@ done
 if [[ " ${packages[*]} " == *" litecoind "* ]]; then
     command -v litecoind >/dev/null && command -v litecoin-cli >/dev/null || {
         echo "install-peers: litecoind installed but litecoind/litecoin-cli not on PATH" >&2
+        exit 1
+    }
+fi
+if [[ " ${packages[*]} " == *" chromium "* ]]; then
+    command -v chromium >/dev/null || {
+        echo "install-peers: chromium installed but not on PATH" >&2
         exit 1
     }
 fi

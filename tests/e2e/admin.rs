@@ -3,10 +3,13 @@
 //! error answers in `admin/errors.rs`; connection bounds under hostile load
 //! in `admin/bounds.rs`; `pin-proxy
 //! status|quarantine|release` in `admin/cli.rs`; the status page's headers
-//! and the refusal of cross-site commands in `admin/page.rs`.
+//! and the refusal of cross-site commands in `admin/page.rs`, the page in a
+//! real browser in `admin/browser.rs`.
 
 #[path = "admin/bounds.rs"]
 mod bounds;
+#[path = "admin/browser.rs"]
+mod browser;
 #[path = "admin/cli.rs"]
 mod cli;
 #[path = "admin/errors.rs"]
