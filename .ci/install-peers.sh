@@ -3,8 +3,8 @@
 # with litecoin-cli) now, haproxy and iperf3 for comparisons and load tests,
 # dnsmasq-base (the dnsmasq binary alone, no service) for backends from DNS,
 # prometheus for promtool (the alert rules), dpkg-dev and shellcheck for the
-# Debian package,
-# and `electrumx`: ElectrumX (pip package e-x, with plyvel for LevelDB) in a
+# Debian package, chromium (run headless) for the status page, and
+# `electrumx`: ElectrumX (pip package e-x, with plyvel for LevelDB) in a
 # venv at /opt/electrumx, where the tests look for electrumx_server.
 #
 # Idempotent: does nothing (and touches no package index) when every package
@@ -110,6 +110,12 @@ done
 if [[ " ${packages[*]} " == *" litecoind "* ]]; then
     command -v litecoind >/dev/null && command -v litecoin-cli >/dev/null || {
         echo "install-peers: litecoind installed but litecoind/litecoin-cli not on PATH" >&2
+        exit 1
+    }
+fi
+if [[ " ${packages[*]} " == *" chromium "* ]]; then
+    command -v chromium >/dev/null || {
+        echo "install-peers: chromium installed but not on PATH" >&2
         exit 1
     }
 fi

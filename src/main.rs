@@ -50,6 +50,9 @@ enum Command {
         /// Print the raw JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Fetch and print again every second until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
     },
     /// Put a backend into maintenance: no new clients, its connections
     /// drained, for exactly this long.
@@ -120,13 +123,8 @@ struct AdminArg {
 }
 
 impl AdminArg {
-    fn resolve(self, config: &std::path::Path) -> String {
-        self.admin.unwrap_or_else(|| {
-            Config::load_unchecked(config)
-                .ok()
-                .and_then(|c| c.admin)
-                .map_or_else(|| "127.0.0.1:9900".to_owned(), |a| a.listen.to_string())
-        })
+    fn resolve(self, config: &std::path::Path) -> admin_cli::Target {
+        admin_cli::Target::resolve(self.admin, config)
     }
 }
 
@@ -158,7 +156,7 @@ fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Status { admin, json } => call_admin(admin, Call::Status { json }),
+        Command::Status { admin, json, watch } => call_admin(admin, Call::Status { json, watch }),
         Command::Quarantine {
             pool,
             backend,
@@ -287,6 +285,7 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
 enum Call {
     Status {
         json: bool,
+        watch: bool,
     },
     Quarantine {
         pool: String,
@@ -301,9 +300,15 @@ enum Call {
 }
 
 impl Call {
-    async fn send(self, admin: &str) -> anyhow::Result<String> {
+    async fn send(self, admin: &admin_cli::Target) -> anyhow::Result<String> {
         match self {
-            Call::Status { json } => admin_cli::status(admin, json).await,
+            Call::Status { json, watch: true } => {
+                use std::io::IsTerminal;
+                let terminal = std::io::stdout().is_terminal();
+                admin_cli::watch(admin, json, &mut std::io::stdout(), terminal).await?;
+                Ok(String::new())
+            }
+            Call::Status { json, watch: false } => admin_cli::status(admin, json).await,
             Call::Quarantine {
                 pool,
                 backend,

@@ -25,7 +25,12 @@ pub fn run(data: &[u8]) {
         return;
     };
     match parse_request(&method, &uri) {
-        Ok(AdminRequest::Status | AdminRequest::Metrics | AdminRequest::Healthz) => {
+        Ok(
+            AdminRequest::Page
+            | AdminRequest::Status
+            | AdminRequest::Metrics
+            | AdminRequest::Healthz,
+        ) => {
             assert!(
                 method == Method::GET || method == Method::HEAD,
                 "read-only route served to {method}"

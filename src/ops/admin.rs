@@ -1,6 +1,8 @@
 //! The admin HTTP endpoint (`admin.listen`): accept loop, allow-list, and the
 //! bounds that keep a slow or hostile admin client from stalling the proxy or
-//! other admin clients. The routes themselves live in `admin/routes.rs`.
+//! other admin clients. The routes themselves live in `admin/routes.rs`, the
+//! status page at `/` in `admin/page.rs`, and the refusal of cross-site
+//! commands in `admin/origin.rs`.
 //!
 //! Bounds: a client outside `admin.allow` is closed at once, unread, and
 //! takes nothing. An allowed one takes one of [`MAX_CONNECTIONS`] slots, at
@@ -14,6 +16,8 @@
 //! anything else refused with a quick 503 (or 429 for the per-source share),
 //! so a monitor always gets an answer and nothing is closed silently.
 
+mod origin;
+mod page;
 mod routes;
 mod slots;
 
@@ -82,6 +86,7 @@ pub async fn serve(
     let ctx = Arc::new(routes::Ctx {
         control,
         token: token.clone(),
+        page: page::Page::new(),
     });
     let mut backoff = BACKOFF_MIN;
     loop {

@@ -1,8 +1,14 @@
 //! The `status`, `quarantine`, `release` and `upgrade` commands: requests to a running
 //! instance's admin endpoint over plain HTTP/1.1, answers turned into
-//! one-line confirmations, a table, or one-line errors.
+//! one-line confirmations, a table, or one-line errors. Which endpoint, and
+//! why, is `admin_cli/target.rs`; `status --watch` is `admin_cli/watch.rs`.
 
 mod table;
+mod target;
+mod watch;
+
+pub use target::{DEFAULT_ADMIN, Target};
+pub use watch::watch;
 
 use std::io;
 use std::time::Duration;
@@ -37,15 +43,16 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 ///
 /// # Errors
 /// When the instance is unreachable or answers with an error.
-pub async fn status(admin: &str, json: bool) -> anyhow::Result<String> {
+pub async fn status(admin: &Target, json: bool) -> anyhow::Result<String> {
     let body = call(admin, Method::GET, "/status").await?;
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return Err(not_admin(admin, "answered /status with something that is not JSON"));
+    };
     if json {
-        let value: serde_json::Value =
-            serde_json::from_slice(&body).context("the /status answer is not JSON")?;
         return Ok(serde_json::to_string_pretty(&value)? + "\n");
     }
     let status: Status =
-        serde_json::from_slice(&body).context("the /status answer has an unexpected shape")?;
+        serde_json::from_value(value).context("the /status answer has an unexpected shape")?;
     Ok(table::render(&status, std::time::SystemTime::now()))
 }
 
@@ -54,7 +61,7 @@ pub async fn status(admin: &str, json: bool) -> anyhow::Result<String> {
 /// # Errors
 /// When the instance is unreachable or answers with an error.
 pub async fn quarantine(
-    admin: &str,
+    admin: &Target,
     pool: &str,
     backend: &str,
     window: Duration,
@@ -80,7 +87,7 @@ pub async fn quarantine(
 ///
 /// # Errors
 /// When the instance is unreachable or answers with an error.
-pub async fn release(admin: &str, pool: &str, backend: &str) -> anyhow::Result<String> {
+pub async fn release(admin: &Target, pool: &str, backend: &str) -> anyhow::Result<String> {
     let path = format!("{}/release", backend_path(pool, backend));
     let answer: BackendAnswer = decode(&call(admin, Method::POST, &path).await?)?;
     let state = &answer.backend.state;
@@ -98,7 +105,7 @@ pub async fn release(admin: &str, pool: &str, backend: &str) -> anyhow::Result<S
 ///
 /// # Errors
 /// When the instance is unreachable or the upgrade failed.
-pub async fn upgrade(admin: &str) -> anyhow::Result<String> {
+pub async fn upgrade(admin: &Target) -> anyhow::Result<String> {
     let body = call_within(admin, Method::POST, "/upgrade", UPGRADE_REQUEST_TIMEOUT).await?;
     let done: Upgraded = decode(&body)?;
     Ok(format!(
@@ -139,19 +146,25 @@ pub fn authority(admin: &str) -> anyhow::Result<&str> {
 }
 
 /// One request; the answer's body when it is a success.
-async fn call(admin: &str, method: Method, path: &str) -> anyhow::Result<Bytes> {
+async fn call(admin: &Target, method: Method, path: &str) -> anyhow::Result<Bytes> {
     call_within(admin, method, path, REQUEST_TIMEOUT).await
 }
 
 /// [`call`] with its own budget for the exchange.
 async fn call_within(
-    admin: &str,
+    admin: &Target,
     method: Method,
     path: &str,
     budget: Duration,
 ) -> anyhow::Result<Bytes> {
-    let authority = authority(admin)?;
-    let unreachable = |why: String| anyhow!("cannot reach pin-proxy admin at {authority}: {why}");
+    let authority = authority(admin.addr())?;
+    let unreachable = |why: String| {
+        anyhow!(
+            "cannot reach pin-proxy admin at {authority}{}: {why}{}",
+            admin.origin(),
+            admin.note()
+        )
+    };
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(unreachable(describe(&e))),
@@ -160,7 +173,19 @@ async fn call_within(
     let exchange = exchange(stream, authority, method, path);
     let (status, body) = match tokio::time::timeout(budget, exchange).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return Err(unreachable(format!("{e:#}"))),
+        Ok(Err(Exchange::NotHttp(e))) => {
+            return Err(not_admin(
+                admin,
+                &format!("answered with something that is not HTTP ({e})"),
+            ));
+        }
+        Ok(Err(Exchange::Closed)) => {
+            return Err(not_admin(
+                admin,
+                "closed the connection without an answer (or this host is not in its admin.allow)",
+            ));
+        }
+        Ok(Err(Exchange::Other(e))) => return Err(unreachable(format!("{e:#}"))),
         Err(_) => return Err(unreachable("no answer in time".to_owned())),
     };
     if status.is_success() {
@@ -168,7 +193,59 @@ async fn call_within(
     }
     match serde_json::from_slice::<ErrorAnswer>(&body) {
         Ok(e) => Err(anyhow!(e.error)),
-        Err(_) => Err(anyhow!("pin-proxy admin at {authority} answered {status}")),
+        Err(_) => Err(not_admin(
+            admin,
+            &format!("answered {status}, without pin-proxy's JSON error"),
+        )),
+    }
+}
+
+/// The error for an address that answers, but not as pin-proxy's admin
+/// endpoint does (a pool's listen port passes the request to a node).
+fn not_admin(admin: &Target, what: &str) -> anyhow::Error {
+    anyhow!(
+        "{}{} {what}: that is not pin-proxy's admin endpoint (a pool's listen port?){}",
+        admin.addr(),
+        admin.origin(),
+        admin.note()
+    )
+}
+
+/// How an exchange failed.
+enum Exchange {
+    /// Bytes came back that are not an HTTP answer.
+    NotHttp(hyper::Error),
+    /// The peer closed before any answer.
+    Closed,
+    /// Anything else (a reset, a failure to read the body).
+    Other(anyhow::Error),
+}
+
+impl From<hyper::Error> for Exchange {
+    fn from(e: hyper::Error) -> Exchange {
+        // The cause may sit under another error (a send canceled because
+        // the connection ended).
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(err) = cause {
+            if let Some(h) = err.downcast_ref::<hyper::Error>() {
+                if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+                    return Exchange::NotHttp(e);
+                }
+                if h.is_incomplete_message() {
+                    return Exchange::Closed;
+                }
+            }
+            // A reset before any answer: a server that closes unread, as
+            // pin-proxy does for a client outside `admin.allow`.
+            if err
+                .downcast_ref::<io::Error>()
+                .is_some_and(|io| io.kind() == io::ErrorKind::ConnectionReset)
+            {
+                return Exchange::Closed;
+            }
+            cause = err.source();
+        }
+        Exchange::Other(e.into())
     }
 }
 
@@ -178,7 +255,7 @@ async fn exchange(
     authority: &str,
     method: Method,
     path: &str,
-) -> anyhow::Result<(StatusCode, Bytes)> {
+) -> Result<(StatusCode, Bytes), Exchange> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     // The connection task ends with the exchange; its errors surface
     // through `send_request` and the body.
@@ -191,13 +268,14 @@ async fn exchange(
             header::USER_AGENT,
             concat!("pin-proxy/", env!("CARGO_PKG_VERSION")),
         )
-        .body(Empty::<Bytes>::new())?;
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Exchange::Other(e.into()))?;
     let answer = sender.send_request(req).await?;
     let status = answer.status();
     let body = Limited::new(answer.into_body(), MAX_ANSWER)
         .collect()
         .await
-        .map_err(|e| anyhow!("reading the answer: {e}"))?
+        .map_err(|e| Exchange::Other(anyhow!("reading the answer: {e}")))?
         .to_bytes();
     conn.abort();
     Ok((status, body))

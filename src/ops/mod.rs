@@ -1,6 +1,6 @@
 //! Operations: what an operator sees and does. The admin HTTP endpoint
-//! (`/status`, `/metrics`, `/healthz`, manual quarantine and release,
-//! reload), the Prometheus text, the control handle the endpoint and the
+//! (the status page at `/`, `/status`, `/metrics`, `/healthz`, manual
+//! quarantine and release, reload), the Prometheus text, the control handle the endpoint and the
 //! signals share, and the `status`/`quarantine`/`release` commands of the
 //! CLI (`admin_cli`).
 //!

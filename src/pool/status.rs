@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::pool::health::Policy;
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
 
@@ -35,6 +36,14 @@ pub struct PoolStatus {
     pub listen: Vec<SocketAddr>,
     /// Live client connections.
     pub connections: usize,
+    /// `health.fall`: consecutive bad probe verdicts that take a backend
+    /// out (0 from an instance that does not report it).
+    #[serde(default)]
+    pub fall: u32,
+    /// `health.rise`: consecutive passed probes that bring one back after
+    /// its window (0 from an instance that does not report it).
+    #[serde(default)]
+    pub rise: u32,
     /// Backends in config order (discovered members after the static ones).
     pub backends: Vec<BackendStatus>,
     /// The pool's discover entries; left out when it has none.
@@ -79,6 +88,13 @@ pub struct BackendStatus {
     pub quarantine: Option<QuarantineStatus>,
     /// Quarantines since the last success.
     pub strikes: u32,
+    /// Consecutive bad probe verdicts so far, toward the pool's `fall`.
+    #[serde(default)]
+    pub bad_probes: u32,
+    /// Consecutive passed probes since its window ended, toward the
+    /// pool's `rise`.
+    #[serde(default)]
+    pub good_probes: u32,
     /// The last probe.
     pub last_probe: Option<ProbeStatus>,
     /// Bytes client → backend since start.
@@ -111,16 +127,19 @@ impl Pool {
     /// Copy out this pool's status (from an [`overview`](Pool::overview):
     /// one lock, O(backends)).
     pub fn status(&self) -> PoolStatus {
-        PoolStatus::from(&self.overview())
+        PoolStatus::of(&self.overview(), &Policy::of(&self.config()))
     }
 }
 
-impl From<&PoolSnapshot> for PoolStatus {
-    fn from(snap: &PoolSnapshot) -> PoolStatus {
+impl PoolStatus {
+    /// The status of `snap`, a pool whose thresholds are `policy`.
+    pub fn of(snap: &PoolSnapshot, policy: &Policy) -> PoolStatus {
         PoolStatus {
             name: snap.name.clone(),
             listen: snap.listen.clone(),
             connections: snap.clients,
+            fall: policy.fall,
+            rise: policy.rise,
             backends: snap.backends.iter().map(BackendStatus::from).collect(),
             discovery: snap
                 .discovery
@@ -152,6 +171,8 @@ impl From<&BackendSnapshot> for BackendStatus {
                 reason: q.reason.as_str().to_owned(),
             }),
             strikes: b.strikes,
+            bad_probes: b.bad_probes,
+            good_probes: b.good_probes,
             last_probe: b.last_probe.as_ref().map(|p| ProbeStatus {
                 at: rfc3339(p.at),
                 outcome: p.outcome.as_str().to_owned(),

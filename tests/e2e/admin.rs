@@ -2,16 +2,22 @@
 //! `/status` and `/metrics` with real traffic, maintenance and reload here;
 //! error answers in `admin/errors.rs`; connection bounds under hostile load
 //! in `admin/bounds.rs`; `pin-proxy
-//! status|quarantine|release` in `admin/cli.rs`.
+//! status|quarantine|release` in `admin/cli.rs`; the status page's headers
+//! and the refusal of cross-site commands in `admin/page.rs`, the page in a
+//! real browser in `admin/browser.rs`.
 
 #[path = "admin/bounds.rs"]
 mod bounds;
+#[path = "admin/browser.rs"]
+mod browser;
 #[path = "admin/cli.rs"]
 mod cli;
 #[path = "admin/errors.rs"]
 mod errors;
 #[path = "admin/http.rs"]
 pub(crate) mod http;
+#[path = "admin/page.rs"]
+mod page;
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};

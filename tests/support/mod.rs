@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod blockbook;
+pub mod chromium;
 pub mod dns;
 pub mod dnsmasq;
 pub mod electrumx;

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::origin;
+use super::page::Page;
 use super::slots::NoSlot;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::Control;
@@ -40,6 +42,8 @@ pub struct Ctx {
     pub control: Control,
     /// Cancelled at shutdown.
     pub token: CancellationToken,
+    /// The status page.
+    pub page: Page,
 }
 
 /// The answer to `POST .../quarantine` and `POST .../release`.
@@ -76,6 +80,7 @@ impl Fail {
 /// The admin routes.
 #[derive(Debug)]
 enum Route {
+    Page,
     Status,
     Metrics,
     Healthz,
@@ -90,6 +95,7 @@ impl Route {
     fn parse(path: &str) -> Result<Option<Route>, Fail> {
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let route = match segments.as_slice() {
+            [""] => Route::Page,
             ["status"] => Route::Status,
             ["metrics"] => Route::Metrics,
             ["healthz"] => Route::Healthz,
@@ -110,7 +116,7 @@ impl Route {
 
     fn allow(&self) -> &'static str {
         match self {
-            Route::Status | Route::Metrics | Route::Healthz => "GET, HEAD",
+            Route::Page | Route::Status | Route::Metrics | Route::Healthz => "GET, HEAD",
             Route::Reload | Route::Upgrade | Route::Quarantine { .. } | Route::Release { .. } => {
                 "POST"
             }
@@ -119,7 +125,7 @@ impl Route {
 
     fn accepts(&self, method: &Method) -> bool {
         match self {
-            Route::Status | Route::Metrics | Route::Healthz => {
+            Route::Page | Route::Status | Route::Metrics | Route::Healthz => {
                 method == Method::GET || method == Method::HEAD
             }
             _ => method == Method::POST,
@@ -130,6 +136,8 @@ impl Route {
 /// An admin request as routed from its method and URI, before it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminRequest {
+    /// `GET /`: the status page.
+    Page,
     /// `GET /status`.
     Status,
     /// `GET /metrics`.
@@ -192,6 +200,7 @@ pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, 
         });
     }
     Ok(match route {
+        Route::Page => AdminRequest::Page,
         Route::Status => AdminRequest::Status,
         Route::Metrics => AdminRequest::Metrics,
         Route::Healthz => AdminRequest::Healthz,
@@ -304,8 +313,14 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
             return Ok(answer);
         }
     };
+    // Commands only: a page elsewhere cannot read what the GET routes
+    // answer (no CORS headers), but it can make a browser send a POST.
+    if req.method() == Method::POST {
+        origin::check(req.headers()).map_err(|e| Fail::new(StatusCode::FORBIDDEN, e.to_string()))?;
+    }
     read_body(req.into_body()).await?;
     match request {
+        AdminRequest::Page => Ok(ctx.page.answer()),
         AdminRequest::Status => json(StatusCode::OK, &ctx.control.status()),
         AdminRequest::Metrics => {
             let text = metrics::render(&ctx.control.pools()).map_err(|_| {
@@ -460,42 +475,5 @@ fn answer(status: StatusCode, content_type: &'static str, body: Bytes) -> Answer
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_parse_and_decode_names() {
-        assert!(matches!(Route::parse("/status"), Ok(Some(Route::Status))));
-        assert!(matches!(Route::parse("/nope"), Ok(None)));
-        assert!(matches!(Route::parse("/status/x"), Ok(None)));
-        match Route::parse("/pools/p/backends/%5B%3A%3A1%5D%3A9333/quarantine") {
-            Ok(Some(Route::Quarantine { pool, backend })) => {
-                assert_eq!((pool.as_str(), backend.as_str()), ("p", "[::1]:9333"));
-            }
-            _ => panic!("not parsed as a quarantine route"),
-        }
-        assert!(matches!(
-            Route::parse("/pools/p/backends/b/release"),
-            Ok(Some(Route::Release { .. }))
-        ));
-        assert!(matches!(
-            Route::parse("/pools/p/backends/b/other"),
-            Ok(None)
-        ));
-    }
-
-    #[test]
-    fn window_needs_a_positive_bounded_duration() {
-        assert_eq!(window("for=10m").ok(), Some(Duration::from_secs(600)));
-        assert_eq!(
-            window("x=1&for=1h%2030m").ok(),
-            Some(Duration::from_secs(5400))
-        );
-        for bad in ["", "for=", "for=soon", "for=0s", "for=100000y", "fo=1m"] {
-            assert!(
-                matches!(window(bad), Err(Fail(StatusCode::BAD_REQUEST, _))),
-                "{bad}"
-            );
-        }
-    }
-}
+#[path = "routes_tests.rs"]
+mod tests;

@@ -45,7 +45,7 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
         pool.connections
     );
     let mut rows = vec![HEADER.map(str::to_owned)];
-    rows.extend(pool.backends.iter().map(|b| row(b, now)));
+    rows.extend(pool.backends.iter().map(|b| row(b, pool, now)));
     let widths: Vec<usize> = (0..HEADER.len())
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
@@ -82,7 +82,7 @@ fn ago(at: &str, now: SystemTime) -> String {
     parse(at).map_or_else(|| at.to_owned(), |at| age(at, now))
 }
 
-fn row(b: &BackendStatus, now: SystemTime) -> [String; 8] {
+fn row(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> [String; 8] {
     let name = if b.backup {
         format!("{} (backup)", b.name)
     } else {
@@ -91,6 +91,7 @@ fn row(b: &BackendStatus, now: SystemTime) -> [String; 8] {
     let quarantine = b.quarantine.as_ref().map_or_else(
         || "-".to_owned(),
         |q| match parse(&q.until) {
+            Some(until) if until <= now => format!("{} until {} (ended)", q.reason, q.until),
             Some(until) => format!("{} until {} ({} left)", q.reason, q.until, age(now, until)),
             None => format!("{} until {}", q.reason, q.until),
         },
@@ -104,7 +105,7 @@ fn row(b: &BackendStatus, now: SystemTime) -> [String; 8] {
     );
     [
         name,
-        b.state.clone(),
+        state(b, pool, now),
         b.connections.to_string(),
         b.height.map_or_else(|| "-".to_owned(), |h| h.to_string()),
         quarantine,
@@ -112,6 +113,46 @@ fn row(b: &BackendStatus, now: SystemTime) -> [String; 8] {
         bytes(b.bytes_up),
         bytes(b.bytes_down),
     ]
+}
+
+/// The state with the transition under way, if any: a bad verdict that
+/// has not reached `fall` yet, or a window that is over while the probes
+/// that bring the backend back are awaited.
+fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
+    match &b.quarantine {
+        Some(q) if parse(&q.until).is_some_and(|until| until <= now) => {
+            let left = pool.rise.saturating_sub(b.good_probes).max(1);
+            let mut text = if q.reason == "manual" {
+                "released".to_owned()
+            } else {
+                format!("{}, window over", b.state)
+            };
+            text.push_str(if left > 1 {
+                ", awaiting probes"
+            } else {
+                ", awaiting probe"
+            });
+            if pool.rise > 1 {
+                // Writing to a String cannot fail.
+                let _ = write!(text, " ({} of {} passed)", b.good_probes, pool.rise);
+            }
+            text
+        }
+        None if b.bad_probes > 0 => {
+            let of = if pool.fall > 0 {
+                format!(" of {}", pool.fall)
+            } else {
+                String::new()
+            };
+            let probes = if b.bad_probes == 1 && pool.fall == 0 {
+                "probe"
+            } else {
+                "probes"
+            };
+            format!("{} ({}{of} failed {probes})", b.state, b.bad_probes)
+        }
+        _ => b.state.clone(),
+    }
 }
 
 fn parse(rfc3339: &str) -> Option<SystemTime> {
@@ -158,6 +199,8 @@ mod tests {
             height: Some(2_700_000),
             quarantine: None,
             strikes: 0,
+            bad_probes: 0,
+            good_probes: 0,
             last_probe: Some(ProbeStatus {
                 at: "2026-01-01T00:00:00Z".to_owned(),
                 outcome: "healthy".to_owned(),
@@ -186,6 +229,8 @@ mod tests {
                 name: "p".to_owned(),
                 listen: vec!["127.0.0.1:9333".parse().unwrap()],
                 connections: 12,
+                fall: 2,
+                rise: 1,
                 backends: vec![backend("a"), q],
                 discovery: vec![
                     DiscoveryStatus {
@@ -231,5 +276,67 @@ mod tests {
             "{text}"
         );
         assert_eq!(bytes(0), "0 B");
+    }
+
+    fn pool(fall: u32, rise: u32, backends: Vec<BackendStatus>) -> PoolStatus {
+        PoolStatus {
+            name: "p".to_owned(),
+            listen: vec![],
+            connections: 0,
+            fall,
+            rise,
+            backends,
+            discovery: vec![],
+        }
+    }
+
+    fn quarantined(name: &str, state: &str, reason: &str, until: &str) -> BackendStatus {
+        let mut b = backend(name);
+        b.state = state.to_owned();
+        b.quarantine = Some(QuarantineStatus {
+            until: until.to_owned(),
+            reason: reason.to_owned(),
+        });
+        b
+    }
+
+    #[test]
+    fn the_state_shows_the_transition_under_way() {
+        let now = humantime::parse_rfc3339("2026-01-01T00:00:30Z").unwrap();
+        let mut falling = backend("falling");
+        falling.bad_probes = 1;
+        let released = quarantined("released", "quarantined", "manual", "2026-01-01T00:00:30Z");
+        let mut rising = quarantined("rising", "down", "down", "2026-01-01T00:00:10Z");
+        rising.good_probes = 1;
+        let held = quarantined("held", "quarantined", "manual", "2026-01-01T00:05:00Z");
+        let p = pool(2, 1, vec![]);
+        assert_eq!(state(&falling, &p, now), "healthy (1 of 2 failed probes)");
+        assert_eq!(state(&released, &p, now), "released, awaiting probe");
+        assert_eq!(state(&held, &p, now), "quarantined");
+        assert_eq!(state(&backend("plain"), &p, now), "healthy");
+        let p = pool(3, 3, vec![]);
+        assert_eq!(
+            state(&rising, &p, now),
+            "down, window over, awaiting probes (1 of 3 passed)"
+        );
+        assert_eq!(
+            state(&released, &p, now),
+            "released, awaiting probes (0 of 3 passed)"
+        );
+        // From an instance that does not report the thresholds.
+        assert_eq!(state(&falling, &pool(0, 0, vec![]), now), "healthy (1 failed probe)");
+
+        let text = render_pool(pool(2, 1, vec![released, held]), now);
+        let row = text.lines().find(|l| l.contains("released")).unwrap();
+        assert!(row.contains("manual until 2026-01-01T00:00:30Z (ended)"), "{row}");
+        assert!(!row.contains("0s left"), "{row}");
+        let row = text.lines().find(|l| l.trim_start().starts_with("held ")).unwrap();
+        assert!(row.contains("(4m 30s left)"), "{row}");
+    }
+
+    fn render_pool(pool: PoolStatus, now: SystemTime) -> String {
+        let mut out = String::new();
+        pool_block(&mut out, &pool, now);
+        out
     }
 }

@@ -18,7 +18,7 @@ use super::client::{Clients, Dialer};
 use super::{DemoNode, NODES};
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::PoolSnapshot;
-use crate::pool::status::{BackendStatus, PoolStatus};
+use crate::pool::status::BackendStatus;
 
 /// How many clients the demo runs.
 const CLIENTS: usize = 6;
@@ -83,7 +83,7 @@ impl View {
             })
             .collect();
         View {
-            backends: PoolStatus::from(&pool).backends,
+            backends: pool.backends.iter().map(BackendStatus::from).collect(),
             placed,
             pool,
         }

@@ -1,11 +1,15 @@
 //! `pin-proxy status|quarantine|release` against a live instance.
 
+use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
+use rustix::process::{Pid, Signal, kill_process};
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::http::{backend, request, status};
 use super::{T, two_echo};
+use crate::support::nodes::Node;
 use crate::support::proxy::binary;
 use crate::support::within;
 
@@ -56,17 +60,22 @@ async fn status_command_prints_a_table_and_the_contract_json() {
         ["generation", "pid", "pools", "uptime_s", "version"]
     );
     let pool = &v["pools"][0];
-    assert_eq!(keys(pool), ["backends", "connections", "listen", "name"]);
+    assert_eq!(
+        keys(pool),
+        ["backends", "connections", "fall", "listen", "name", "rise"]
+    );
     let b = backend(&v, "p", "b");
     assert_eq!(
         keys(b),
         [
             "addr",
             "backup",
+            "bad_probes",
             "bytes_down",
             "bytes_up",
             "connections",
             "discovered_from",
+            "good_probes",
             "height",
             "last_probe",
             "name",
@@ -131,4 +140,159 @@ async fn commands_against_an_unreachable_instance_exit_1_with_one_line() {
             "{args:?}"
         );
     }
+}
+
+/// `pin-proxy status --watch args...` with its output piped: the lines it
+/// printed until `until` held for them, then its exit code after a SIGINT.
+async fn watch_until(
+    args: &[&str],
+    until: impl Fn(&[String]) -> bool,
+) -> (Vec<String>, Option<i32>) {
+    let mut child = tokio::process::Command::new(binary())
+        .args(["status", "--watch"])
+        .args(args)
+        .env_remove("PIN_PROXY_CONFIG")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start pin-proxy status --watch");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    within("watch output", T, async {
+        while !until(&seen) {
+            let line = lines.next_line().await.unwrap();
+            seen.push(line.unwrap_or_else(|| panic!("output ended: {seen:#?}")));
+        }
+    })
+    .await;
+    let pid = child.id().and_then(|id| Pid::from_raw(id as i32)).unwrap();
+    kill_process(pid, Signal::INT).unwrap();
+    let status = within("watch to end", T, child.wait()).await.unwrap();
+    (seen, status.code())
+}
+
+fn count(lines: &[String], prefix: &str) -> usize {
+    lines.iter().filter(|l| l.starts_with(prefix)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_prints_a_table_every_second_until_ctrl_c() {
+    let (_proxy, admin, _nodes) = two_echo(false).await;
+    let addr = admin.to_string();
+    let (lines, code) = watch_until(&["--admin", &addr], |l| {
+        count(l, "pool p ") == 3 && l.last().is_some_and(String::is_empty)
+    })
+    .await;
+    assert_eq!(code, Some(0), "Ctrl-C ends it with 0");
+    let text = lines.join("\n");
+    assert!(
+        !text.contains('\x1b'),
+        "no screen clearing into a pipe: {text}"
+    );
+    assert_eq!(count(&lines, &format!("every 1s: {addr}")), 3, "{text}");
+    // Each frame is the table, then a blank line before the next frame.
+    for (i, l) in lines.iter().enumerate() {
+        if l.starts_with("every 1s:") && i > 0 {
+            assert_eq!(lines[i - 1], "", "{text}");
+        }
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("a ") && l.contains("healthy")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_shows_a_failed_fetch_and_keeps_trying() {
+    let (lines, code) = watch_until(&["--admin", "127.0.0.1:1"], |l| {
+        count(l, "trying again every second") == 2
+    })
+    .await;
+    assert_eq!(code, Some(0));
+    let errors: Vec<&String> = lines.iter().filter(|l| l.starts_with("error: ")).collect();
+    for e in errors {
+        assert_eq!(
+            e,
+            "error: cannot reach pin-proxy admin at 127.0.0.1:1: connection refused"
+        );
+    }
+    assert_eq!(count(&lines, "trying again every second"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_which_config_it_looked_for_before_the_default() {
+    if std::net::TcpStream::connect(admin_cli_default()).is_ok() {
+        eprintln!("skipping: something answers on {}", admin_cli_default());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none.yaml");
+    let (code, _, err) = cli(&["-c", missing.to_str().unwrap(), "status"]).await;
+    assert_eq!(code, Some(1), "{err}");
+    let mut lines = err.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "error: cannot reach pin-proxy admin at 127.0.0.1:9900 (the default): connection refused"
+        )
+    );
+    let note = lines.next().unwrap_or_default();
+    assert!(
+        note.starts_with(&format!(
+            "note: no --admin given and no config file at {}, so 127.0.0.1:9900 was tried",
+            missing.display()
+        )),
+        "{err}"
+    );
+    assert!(note.contains("--admin ADDR"), "{err}");
+
+    let invalid = dir.path().join("bad.yaml");
+    std::fs::write(&invalid, "pools: [ { name: BAD } ]\n").unwrap();
+    let (code, _, err) = cli(&["-c", invalid.to_str().unwrap(), "status"]).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "note: no --admin given and the config could not be used ({}: pools[0]",
+            invalid.display()
+        )),
+        "{err}"
+    );
+}
+
+fn admin_cli_default() -> &'static str {
+    "127.0.0.1:9900"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_pointed_at_something_else_says_it_is_not_the_admin_endpoint() {
+    // A pool's listen port: the request goes through to an echo node,
+    // which sends it back.
+    let (proxy, _admin, _nodes) = two_echo(false).await;
+    let pool = proxy.addr("p").to_string();
+    let (code, out, err) = cli(&["status", "--admin", &pool]).await;
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "error: {pool} answered with something that is not HTTP"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("that is not pin-proxy's admin endpoint (a pool's listen port?)"),
+        "{err}"
+    );
+
+    // A node that closes the connection at once.
+    let closer = Node::start(|s| async move { drop(s) }).await;
+    let addr = closer.addr.to_string();
+    let (code, _, err) = cli(&["release", "p", "a", "--admin", &addr]).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("closed the connection without an answer"),
+        "{err}"
+    );
+    assert!(err.contains("not pin-proxy's admin endpoint"), "{err}");
 }

@@ -70,6 +70,28 @@ pub async fn request(admin: SocketAddr, method: &str, path: &str) -> Answer {
     .await
 }
 
+/// `method path` with an empty body, `Host` naming `admin` itself (as a
+/// browser sends it) and `headers` besides.
+pub async fn request_with(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let stream = TcpStream::connect(admin).await.expect("connect to admin");
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    send(
+        stream,
+        &format!(
+            "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{extra}Connection: close\r\nContent-Length: 0\r\n\r\n"
+        ),
+    )
+    .await
+}
+
 /// Send `raw` on `stream` and read the answer until the server closes.
 pub async fn send(mut stream: TcpStream, raw: &str) -> Answer {
     stream

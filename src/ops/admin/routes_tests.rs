@@ -1,0 +1,51 @@
+//! Unit tests of the admin routing: paths, names, methods, windows.
+
+use super::*;
+
+#[test]
+fn routes_parse_and_decode_names() {
+    assert!(matches!(Route::parse("/status"), Ok(Some(Route::Status))));
+    assert!(matches!(Route::parse("/nope"), Ok(None)));
+    assert!(matches!(Route::parse("/status/x"), Ok(None)));
+    match Route::parse("/pools/p/backends/%5B%3A%3A1%5D%3A9333/quarantine") {
+        Ok(Some(Route::Quarantine { pool, backend })) => {
+            assert_eq!((pool.as_str(), backend.as_str()), ("p", "[::1]:9333"));
+        }
+        _ => panic!("not parsed as a quarantine route"),
+    }
+    assert!(matches!(
+        Route::parse("/pools/p/backends/b/release"),
+        Ok(Some(Route::Release { .. }))
+    ));
+    assert!(matches!(
+        Route::parse("/pools/p/backends/b/other"),
+        Ok(None)
+    ));
+}
+
+#[test]
+fn the_page_is_at_the_root_for_get_and_head() {
+    let root: hyper::Uri = "/".parse().unwrap();
+    assert_eq!(parse_request(&Method::GET, &root).ok(), Some(AdminRequest::Page));
+    assert_eq!(parse_request(&Method::HEAD, &root).ok(), Some(AdminRequest::Page));
+    let refused = parse_request(&Method::POST, &root).unwrap_err();
+    assert_eq!(
+        (refused.status, refused.allow),
+        (StatusCode::METHOD_NOT_ALLOWED, Some("GET, HEAD"))
+    );
+}
+
+#[test]
+fn window_needs_a_positive_bounded_duration() {
+    assert_eq!(window("for=10m").ok(), Some(Duration::from_secs(600)));
+    assert_eq!(
+        window("x=1&for=1h%2030m").ok(),
+        Some(Duration::from_secs(5400))
+    );
+    for bad in ["", "for=", "for=soon", "for=0s", "for=100000y", "fo=1m"] {
+        assert!(
+            matches!(window(bad), Err(Fail(StatusCode::BAD_REQUEST, _))),
+            "{bad}"
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! Which admin endpoint a command talks to, and why that one: `--admin`,
+//! else the config's `admin.listen`, else the default address. When the
+//! default was used, errors say what was wrong with the config.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+
+/// The address used when neither `--admin` nor a config names one.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
+
+/// An admin endpoint to call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    addr: String,
+    source: Source,
+}
+
+/// Where a [`Target`]'s address came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    /// `--admin`.
+    Flag,
+    /// `admin.listen` of this config file.
+    Config(PathBuf),
+    /// [`DEFAULT_ADMIN`], for this reason.
+    Default(String),
+}
+
+impl Target {
+    /// `--admin ADDR` when given, else the `admin.listen` of the config at
+    /// `config`, else [`DEFAULT_ADMIN`] (remembering why).
+    pub fn resolve(flag: Option<String>, config: &Path) -> Target {
+        if let Some(addr) = flag {
+            return Target {
+                addr,
+                source: Source::Flag,
+            };
+        }
+        let why = match std::fs::metadata(config) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                format!("no config file at {}", config.display())
+            }
+            _ => match Config::load_unchecked(config) {
+                Ok(Config {
+                    admin: Some(admin), ..
+                }) => {
+                    return Target {
+                        addr: admin.listen.to_string(),
+                        source: Source::Config(config.to_owned()),
+                    };
+                }
+                Ok(_) => format!("{} has no admin.listen", config.display()),
+                Err(e) => format!("the config could not be used ({e})"),
+            },
+        };
+        Target {
+            addr: DEFAULT_ADMIN.to_owned(),
+            source: Source::Default(why),
+        }
+    }
+
+    /// An address given on the command line.
+    pub fn given(addr: impl Into<String>) -> Target {
+        Target {
+            addr: addr.into(),
+            source: Source::Flag,
+        }
+    }
+
+    /// The address, `host:port` or `http://host:port`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Where the address came from, for a message about it: empty for
+    /// `--admin`, ` (admin.listen of FILE)` for a config.
+    pub fn origin(&self) -> String {
+        match &self.source {
+            Source::Flag => String::new(),
+            Source::Config(path) => format!(" (admin.listen of {})", path.display()),
+            Source::Default(_) => " (the default)".to_owned(),
+        }
+    }
+
+    /// For errors that suggest the address is wrong: a line saying why the
+    /// default was used, with what to do; empty otherwise.
+    pub fn note(&self) -> String {
+        match &self.source {
+            Source::Default(why) => format!(
+                "\nnote: no --admin given and {why}, so {DEFAULT_ADMIN} was tried; \
+                 pass --admin ADDR, or -c the running instance's config"
+            ),
+            Source::Flag | Source::Config(_) => String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_wins_then_the_config_then_the_default_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path);
+        assert_eq!((flagged.addr(), flagged.note()), ("127.0.0.1:1", String::new()));
+
+        let missing = Target::resolve(None, &path);
+        assert_eq!(missing.addr(), DEFAULT_ADMIN);
+        let note = missing.note();
+        assert!(
+            note.contains(&format!("no config file at {}", path.display())),
+            "{note}"
+        );
+        assert!(note.contains("--admin ADDR"), "{note}");
+
+        std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
+        let invalid = Target::resolve(None, &path);
+        assert_eq!(invalid.addr(), DEFAULT_ADMIN);
+        assert!(invalid.note().contains("the config could not be used ("), "{}", invalid.note());
+        assert!(invalid.note().contains("config.yaml"), "{}", invalid.note());
+
+        let pool = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
+        std::fs::write(&path, pool).unwrap();
+        let bare = Target::resolve(None, &path);
+        assert!(bare.note().contains("has no admin.listen"), "{}", bare.note());
+
+        std::fs::write(&path, format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}")).unwrap();
+        let configured = Target::resolve(None, &path);
+        assert_eq!(configured.addr(), "127.0.0.1:9911");
+        assert_eq!(configured.note(), "");
+        assert!(configured.origin().contains("admin.listen of"), "{}", configured.origin());
+    }
+}
