@@ -5,9 +5,7 @@
 //! is logged (`discovery_failed`) when it starts failing or fails for
 //! another reason.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -17,23 +15,15 @@ use crate::pool::registry::Pool;
 use crate::probe::dns::Dns;
 use crate::probe::prober::Prober;
 
-/// The resolver and the settings it was made for.
-struct Made {
-    server: Option<SocketAddr>,
-    interval: Duration,
-    dns: Dns,
-}
-
 /// Run `pool`'s lookups until the pool stops; `first` is told when the
 /// first round is done (or at once when the pool discovers nothing).
 pub async fn run(pool: Arc<Pool>, prober: Prober, first: oneshot::Sender<()>) {
-    let mut made: Option<Made> = None;
     let mut first = Some(first);
     loop {
         let config = pool.config();
         let interval = config.discovery.interval;
         if !config.discover.is_empty() {
-            round(&pool, &prober, &mut made).await;
+            round(&pool, &prober).await;
         }
         if let Some(tell) = first.take() {
             // Whoever waited may have stopped waiting.
@@ -47,39 +37,30 @@ pub async fn run(pool: Arc<Pool>, prober: Prober, first: oneshot::Sender<()>) {
     }
 }
 
-/// Look up every discover entry once.
-async fn round(pool: &Arc<Pool>, prober: &Prober, made: &mut Option<Made>) {
+/// Look up every discover entry once, with a resolver made for this round:
+/// the system's configuration is read again, and no TCP connection is kept
+/// from the last round (a server may answer a kept connection from the data
+/// it had when the connection opened: dnsmasq does, for up to 100 queries).
+async fn round(pool: &Arc<Pool>, prober: &Prober) {
     let config = pool.config();
     let d = config.discovery;
-    if made
-        .as_ref()
-        .is_none_or(|m| m.server != d.resolver || m.interval != d.interval)
-    {
-        match Dns::new(d.resolver, d.interval) {
-            Ok(dns) => {
-                *made = Some(Made {
-                    server: d.resolver,
-                    interval: d.interval,
-                    dns,
-                });
-            }
-            Err(error) => {
-                for entry in &config.discover {
-                    if pool.lookup_failed(&entry.name, &error) {
-                        warn!(pool = %pool.name, name = %entry.name, error = %error, "discovery_failed");
-                    }
+    let dns = match Dns::new(d.resolver, d.interval) {
+        Ok(dns) => dns,
+        Err(error) => {
+            for entry in &config.discover {
+                if pool.lookup_failed(&entry.name, &error) {
+                    warn!(pool = %pool.name, name = %entry.name, error = %error, "discovery_failed");
                 }
-                return;
             }
+            return;
         }
-    }
-    let Some(m) = made.as_ref() else { return };
+    };
     for entry in &config.discover {
         let known = pool.members_of(&entry.name);
         let started = Instant::now();
         let answer = tokio::select! {
             () = pool.token.cancelled() => return,
-            a = m.dns.lookup(&entry.query, &known) => a,
+            a = dns.lookup(&entry.query, &known) => a,
         };
         match answer {
             Ok(found) => {
