@@ -249,3 +249,17 @@ pub async fn connections_until(proxy: &Proxy, want: &[(&str, u64)]) -> Value {
     })
     .await
 }
+
+/// Lookups of the entry `ltc` of pool `p` with `outcome` (`ok`, `failed`)
+/// so far, as the proxy's `/metrics` counts them.
+pub async fn lookups(proxy: &Proxy, outcome: &str) -> u64 {
+    let metrics = request(proxy.admin(), "GET", "/metrics").await.body;
+    let needle = format!(
+        "pin_proxy_discovery_lookups_total{{pool=\"p\",name=\"ltc\",outcome=\"{outcome}\"}} "
+    );
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}

@@ -12,10 +12,9 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 
 use super::{
-    INTERVAL, T, config, counts, discover, discovered, discoveries, ip, member, members_of,
-    members_until, named, still_echoes,
+    INTERVAL, T, config, counts, discover, discovered, discoveries, ip, lookups, member,
+    members_of, members_until, named, still_echoes,
 };
-use crate::admin::http::request;
 use crate::support::dns::Qtype;
 use crate::support::dnsmasq::{Dnsmasq, empty_hosts, refused_name};
 use crate::support::nodes::{echo_client, echo_on_shared_port};
@@ -95,27 +94,16 @@ async fn followed(proxy: &Proxy, want: &BTreeSet<String>, added: u64, removed: u
 /// The outage lasts three holds' worth of failed lookups, counted by the
 /// proxy's own `pin_proxy_discovery_lookups_total{outcome="failed"}`.
 async fn outage(proxy: &Proxy) {
-    let lookups = 3 * (HOLD.as_millis() / INTERVAL.as_millis()) as u64;
-    let start = failed_lookups(proxy).await;
+    let wanted = 3 * (HOLD.as_millis() / INTERVAL.as_millis()) as u64;
+    let start = lookups(proxy, "failed").await;
     let deadline = tokio::time::Instant::now() + T;
-    while failed_lookups(proxy).await < start + lookups {
+    while lookups(proxy, "failed").await < start + wanted {
         assert!(
             tokio::time::Instant::now() < deadline,
             "too few failed lookups"
         );
         tokio::time::sleep(INTERVAL / 2).await;
     }
-}
-
-/// Failed lookups of `ltc` so far, as `/metrics` counts them.
-async fn failed_lookups(proxy: &Proxy) -> u64 {
-    let metrics = request(proxy.admin(), "GET", "/metrics").await.body;
-    let needle = "pin_proxy_discovery_lookups_total{pool=\"p\",name=\"ltc\",outcome=\"failed\"} ";
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(needle))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,9 @@
 use std::net::IpAddr;
 
 use super::{
-    HOLD, config_with, counts, discover, ip, members_of, members_until, named, nth_discovery,
+    HOLD, config_with, counts, discover, ip, lookups, members_of, members_until, named,
+    nth_discovery,
 };
-use crate::admin::http::request;
 use crate::support::dnsmasq::Dnsmasq;
 use crate::support::nodes::echo_on_shared_port;
 use crate::support::proxy::Proxy;
@@ -34,19 +34,8 @@ async fn a_truncated_answer_still_gives_every_member() {
     members_until(&proxy, &members_of("ltc", ips, port)).await;
 
     dns.set_hosts(&named(NAME, &all)).await;
-    let before = ok_lookups(&proxy).await;
+    let before = lookups(&proxy, "ok").await;
     members_until(&proxy, &members_of("ltc", &all, port)).await;
-    let took = ok_lookups(&proxy).await - before;
+    let took = lookups(&proxy, "ok").await - before;
     assert!(took <= 3, "the change took {took} lookups to be seen");
-}
-
-/// Successful lookups of `ltc` so far, as `/metrics` counts them.
-async fn ok_lookups(proxy: &Proxy) -> u64 {
-    let metrics = request(proxy.admin(), "GET", "/metrics").await.body;
-    let needle = "pin_proxy_discovery_lookups_total{pool=\"p\",name=\"ltc\",outcome=\"ok\"} ";
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(needle))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }
