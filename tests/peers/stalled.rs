@@ -51,7 +51,8 @@ fn a_frozen_node_is_stalled_while_the_other_relays_blocks() {
     // One mwebd-like peer on each node (least used first: a, then b).
     let (mut on_a, _) = peer(proxy.addr("ltc"), T);
     let (mut on_b, _) = peer(proxy.addr("ltc"), T);
-    let connected = proxy.named("connected");
+    // Their lines are written as they connect: wait for both.
+    let connected = proxy.wait_count_blocking(|e| e["message"] == "connected", 2, T);
     let backends: Vec<&str> = connected
         .iter()
         .filter_map(|e| e["backend"].as_str())
@@ -104,6 +105,7 @@ fn a_frozen_node_is_stalled_while_the_other_relays_blocks() {
     // Reconnecting, it is served by a.
     let (_again, height) = peer(proxy.addr("ltc"), T);
     assert_eq!(height, a.height());
-    let last = proxy.named("connected").pop().unwrap();
+    let all = proxy.wait_count_blocking(|e| e["message"] == "connected", 3, T);
+    let last = &all[2];
     assert_eq!(last["backend"], "a", "{last}");
 }
