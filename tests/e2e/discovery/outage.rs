@@ -106,15 +106,50 @@ async fn outage(proxy: &Proxy) {
     }
 }
 
+/// What [`scene`] sets up.
+struct Scene {
+    dns: Dnsmasq,
+    ips: [IpAddr; 3],
+    port: u16,
+    _nodes: Vec<crate::support::nodes::Node>,
+    proxy: Proxy,
+    clients: Vec<TcpStream>,
+    want: BTreeSet<String>,
+}
+
+/// dnsmasq listing `a` and `b` of 127.`net`.0.x, echo nodes on `a`, `b`
+/// and `c` at one port, and a proxy following the name with a client on
+/// each member; `None` when dnsmasq is not installed.
+async fn scene(net: u8) -> Option<Scene> {
+    let (a, b, c) = (ip(net, 2), ip(net, 3), ip(net, 4));
+    let dns = Dnsmasq::start(&named(NAME, &[a, b]), &[]).await?;
+    let (port, nodes, _) = echo_on_shared_port(&[a, b, c], &[]).await;
+    let (proxy, clients) = running(&dns, NAME, &[a, b], port).await;
+    Some(Scene {
+        want: members_of("ltc", &[a, b], port),
+        dns,
+        ips: [a, b, c],
+        port,
+        _nodes: nodes,
+        proxy,
+        clients,
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_dns_keeps_the_set_and_a_restarted_one_is_followed() {
-    let (a, b, c) = (ip(21, 2), ip(21, 3), ip(21, 4));
-    let Some(mut dns) = Dnsmasq::start(&named(NAME, &[a, b]), &[]).await else {
+    let Some(Scene {
+        mut dns,
+        ips: [a, b, c],
+        port,
+        _nodes,
+        proxy,
+        mut clients,
+        want,
+    }) = scene(21).await
+    else {
         return;
     };
-    let (port, _nodes, _) = echo_on_shared_port(&[a, b, c], &[]).await;
-    let (proxy, mut clients) = running(&dns, NAME, &[a, b], port).await;
-    let want = members_of("ltc", &[a, b], port);
 
     let before = proxy.events().len();
     dns.stop();
@@ -134,13 +169,18 @@ async fn a_stopped_dns_keeps_the_set_and_a_restarted_one_is_followed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_that_time_out_keep_the_set() {
-    let (a, b, c) = (ip(22, 2), ip(22, 3), ip(22, 4));
-    let Some(mut dns) = Dnsmasq::start(&named(NAME, &[a, b]), &[]).await else {
+    let Some(Scene {
+        mut dns,
+        ips: [a, b, c],
+        port,
+        _nodes,
+        proxy,
+        mut clients,
+        want,
+    }) = scene(22).await
+    else {
         return;
     };
-    let (port, _nodes, _) = echo_on_shared_port(&[a, b, c], &[]).await;
-    let (proxy, mut clients) = running(&dns, NAME, &[a, b], port).await;
-    let want = members_of("ltc", &[a, b], port);
 
     let before = proxy.events().len();
     dns.freeze();
@@ -157,13 +197,18 @@ async fn lookups_that_time_out_keep_the_set() {
 /// holds, with good answers between: never a member less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_and_nxdomain_answers_keep_the_set() {
-    let (a, b, c) = (ip(23, 2), ip(23, 3), ip(23, 4));
-    let Some(mut dns) = Dnsmasq::start(&named(NAME, &[a, b]), &[]).await else {
+    let Some(Scene {
+        mut dns,
+        ips: [a, b, c],
+        port,
+        _nodes,
+        proxy,
+        mut clients,
+        want,
+    }) = scene(23).await
+    else {
         return;
     };
-    let (port, _nodes, _) = echo_on_shared_port(&[a, b, c], &[]).await;
-    let (proxy, mut clients) = running(&dns, NAME, &[a, b], port).await;
-    let want = members_of("ltc", &[a, b], port);
 
     for failing in [empty_hosts(NAME), Vec::new()] {
         let before = proxy.events().len();
