@@ -263,3 +263,21 @@ pub async fn lookups(proxy: &Proxy, outcome: &str) -> u64 {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or(0, |v| v as u64)
 }
+
+/// Every member of `names` has the same address, backup flag, state,
+/// quarantine, entry and connection count in `after` as in `before`.
+pub fn same_members(before: &Value, after: &Value, names: &BTreeSet<String>) {
+    for name in names {
+        let (was, is) = (backend(before, name), backend(after, name));
+        for key in [
+            "addr",
+            "backup",
+            "state",
+            "quarantine",
+            "discovered_from",
+            "connections",
+        ] {
+            assert_eq!(is[key], was[key], "{name} {key}: {was} then {is}");
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::{
     HOLD, backend, config, connections_until, discover, discoveries, ip, member, members_of,
-    members_until, named, quarantine, still_echoes,
+    members_until, named, quarantine, same_members, still_echoes,
 };
 use crate::admin::http::status;
 use crate::support::dns::Qtype;
@@ -64,18 +64,7 @@ async fn a_reload_keeps_members_connections_and_a_manual_quarantine() {
 
     let after = members_until(&proxy, &want).await;
     assert!(backend(&after, "s")["discovered_from"].is_null());
-    for name in &want {
-        let (was, is) = (backend(&before, name), backend(&after, name));
-        for key in [
-            "addr",
-            "state",
-            "quarantine",
-            "discovered_from",
-            "connections",
-        ] {
-            assert_eq!(is[key], was[key], "{name} {key}: {was} then {is}");
-        }
-    }
+    same_members(&before, &after, &want);
     assert_eq!(backend(&after, &on_c)["state"], "quarantined");
     assert_eq!(
         discoveries(&proxy).len(),

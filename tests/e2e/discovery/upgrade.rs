@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use super::{
     HOLD, backend, config, connections_until, discover, ip, member, members_of, members_until,
-    named, quarantine, still_echoes,
+    named, quarantine, same_members, still_echoes,
 };
 use crate::support::dnsmasq::Dnsmasq;
 use crate::support::nodes::{echo_client, echo_on_shared_port};
@@ -43,19 +43,7 @@ async fn an_upgrade_hands_over_members_with_their_connections_and_health() {
     let done = upgrade_ok(&proxy).await;
     let after = status(&proxy).await;
     assert_eq!(after["pid"], done["pid"], "the new process answers");
-    for name in &want {
-        let (was, is) = (backend(&before, name), backend(&after, name));
-        for key in [
-            "addr",
-            "backup",
-            "state",
-            "quarantine",
-            "discovered_from",
-            "connections",
-        ] {
-            assert_eq!(is[key], was[key], "{name} {key}: {was} then {is}");
-        }
-    }
+    same_members(&before, &after, &want);
     assert_eq!(backend(&after, &on_c)["state"], "quarantined");
     for c in &mut clients {
         still_echoes(c).await;
