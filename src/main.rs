@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use pin_proxy::BindError;
 use pin_proxy::Control;
 use pin_proxy::admin_cli;
@@ -23,26 +23,39 @@ use tokio::signal::unix::{SignalKind, signal};
 #[derive(Debug, Parser)]
 #[command(name = "pin-proxy", version, propagate_version = true)]
 struct Cli {
-    /// Config file.
-    #[arg(
-        short,
-        long,
-        global = true,
-        env = "PIN_PROXY_CONFIG",
-        default_value = "config.yaml"
-    )]
-    config: PathBuf,
+    /// Config file [default: config.yaml].
+    #[arg(short, long, env = "PIN_PROXY_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
+/// The config file of a command that reads one; also accepted before the
+/// command (`pin-proxy -c FILE run`). The demo, `completions` and `man`
+/// read none, so they do not take it.
+#[derive(Debug, Default, clap::Args)]
+struct ConfigArg {
+    /// Config file [default: config.yaml, env PIN_PROXY_CONFIG].
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+}
+
+/// Where the config is when nobody says: `./config.yaml`.
+const DEFAULT_CONFIG: &str = "config.yaml";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the balancer (the default command).
-    Run,
+    Run {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Parse and validate the config, print the effective pools, bind nothing.
     /// Exits 0 when valid, 2 when not.
-    Check,
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Show a running instance's pools and backends (reads `/status`).
     Status {
         #[command(flatten)]
@@ -120,11 +133,23 @@ struct AdminArg {
     /// config, else 127.0.0.1:9900].
     #[arg(long)]
     admin: Option<String>,
+    #[command(flatten)]
+    config: ConfigArg,
 }
 
 impl AdminArg {
-    fn resolve(self, config: &std::path::Path) -> admin_cli::Target {
-        admin_cli::Target::resolve(self.admin, config)
+    fn resolve(self, top: Option<PathBuf>) -> admin_cli::Target {
+        let path = self.config.or(top);
+        admin_cli::Target::resolve(self.admin, &path)
+    }
+}
+
+impl ConfigArg {
+    /// This command's `-c`, else the one before the command, else the default.
+    fn or(self, top: Option<PathBuf>) -> PathBuf {
+        self.config
+            .or(top)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
     }
 }
 
@@ -139,11 +164,24 @@ fn main() -> ExitCode {
     // small, predictable RSS is worth more here than fewer TLB misses.
     // Best effort: an old kernel without the flag just keeps its default.
     let _ = rustix::thread::disable_transparent_huge_pages(true);
-    let cli = Cli::parse();
-    let command = cli.command.unwrap_or(Command::Run);
-    let path = cli.config;
+    let matches = Cli::command().get_matches();
+    let given = matches.value_source("config") == Some(clap::parser::ValueSource::CommandLine);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
+    let command = cli.command.unwrap_or(Command::Run {
+        config: ConfigArg::default(),
+    });
+    let top = cli.config;
+    if let Some(name) = command.reads_no_config()
+        && given
+    {
+        eprintln!("error: `pin-proxy {name}` reads no config file; drop -c/--config");
+        return ExitCode::from(2);
+    }
     let call_admin = |admin: AdminArg, call: Call| -> ExitCode {
-        let addr = admin.resolve(&path);
+        let addr = admin.resolve(top.clone());
         match block_on(call.send(&addr)) {
             Ok(out) => {
                 print!("{out}");
@@ -180,32 +218,49 @@ fn main() -> ExitCode {
         Command::Demo => exit(demo()),
         Command::Completions { shell } => exit(print_completions(shell)),
         Command::Man => exit(print_man()),
-        Command::Check | Command::Run => {
-            let config = match Config::load(&path) {
-                Ok(config) => config,
-                Err(err) => {
-                    eprintln!("error: {err}");
-                    return ExitCode::from(2);
-                }
-            };
-            if matches!(command, Command::Check) {
-                print!("{}", config::describe(&config));
-                for warning in config::warnings(&config) {
-                    eprintln!("warning: {warning}");
-                }
-                return ExitCode::SUCCESS;
-            }
-            let result = run(config, path);
-            if let Err(err) = &result
-                && err
-                    .chain()
-                    .filter_map(|e| e.downcast_ref::<BindError>())
-                    .any(BindError::is_lasting)
-            {
-                eprintln!("error: {err:#}");
-                return ExitCode::from(EXIT_BIND);
-            }
-            exit(result)
+        Command::Check { config } => load_and(config.or(top), true),
+        Command::Run { config } => load_and(config.or(top), false),
+    }
+}
+
+/// `check` (print the effective config) or `run`, on the config at `path`.
+fn load_and(path: PathBuf, check: bool) -> ExitCode {
+    let config = match Config::load(&path) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    if check {
+        print!("{}", config::describe(&config));
+        for warning in config::warnings(&config) {
+            eprintln!("warning: {warning}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let result = run(config, path);
+    if let Err(err) = &result
+        && err
+            .chain()
+            .filter_map(|e| e.downcast_ref::<BindError>())
+            .any(BindError::is_lasting)
+    {
+        eprintln!("error: {err:#}");
+        return ExitCode::from(EXIT_BIND);
+    }
+    exit(result)
+}
+
+impl Command {
+    /// The name of a command that reads no config file.
+    fn reads_no_config(&self) -> Option<&'static str> {
+        match self {
+            #[cfg(feature = "sim")]
+            Command::Demo => Some("demo"),
+            Command::Completions { .. } => Some("completions"),
+            Command::Man => Some("man"),
+            _ => None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use humantime::format_duration;
+use super::span;
 
 use super::parse::{default_probe_url, state_file_warning};
 use super::{Config, DiscoverQuery, IpNet, LogFormat, PoolConfig, ProbeKind};
@@ -44,11 +44,7 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
         "log: level {}, format {format}, to {file}",
         config.log.level
     )?;
-    writeln!(
-        out,
-        "upgrade: timeout {}",
-        format_duration(config.upgrade_timeout)
-    )?;
+    writeln!(out, "upgrade: timeout {}", span(config.upgrade_timeout))?;
     match &config.state_file {
         Some(f) => writeln!(out, "state_file: {}", f.display())?,
         None => writeln!(out, "state_file: none (nothing kept across restarts)")?,
@@ -180,7 +176,7 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
 }
 
 fn dur(d: Duration) -> String {
-    format_duration(d).to_string()
+    span(d).to_string()
 }
 
 fn nets(nets: &[IpNet]) -> String {

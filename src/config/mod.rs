@@ -10,6 +10,7 @@ mod describe;
 mod discover;
 pub(crate) mod local;
 mod parse;
+mod span;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ pub use discover::{DiscoverConfig, DiscoverQuery, DiscoveryConfig, Found, ProbeT
 pub use ipnet::IpNet;
 pub use parse::ConfigError;
 pub(crate) use parse::default_probe_url;
+pub use span::{Span, span};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq)]

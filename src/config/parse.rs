@@ -267,8 +267,8 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
             path,
             format!(
                 "quarantine.max ({}) is shorter than quarantine.base ({})",
-                humantime::format_duration(quarantine.max),
-                humantime::format_duration(quarantine.base)
+                super::span(quarantine.max),
+                super::span(quarantine.base)
             ),
         );
     }

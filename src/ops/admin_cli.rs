@@ -66,7 +66,7 @@ pub async fn quarantine(
     backend: &str,
     window: Duration,
 ) -> anyhow::Result<String> {
-    let human = humantime::format_duration(window).to_string();
+    let human = crate::config::span(window).to_string();
     let query = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("for", &human)
         .finish();
@@ -77,10 +77,22 @@ pub async fn quarantine(
         .quarantine
         .as_ref()
         .map_or_else(String::new, |q| format!(" until {}", q.until));
-    Ok(format!(
+    let mut out = format!(
         "{pool}/{backend} quarantined for {human}{until} (state: {})\n",
         answer.backend.state
-    ))
+    );
+    if let Some(kept) = answer.kept_connections {
+        let (noun, verb) = if kept == 1 {
+            ("connection", "is")
+        } else {
+            ("connections", "are")
+        };
+        out.push_str(&format!(
+            "note: {backend} is the last usable backend of {pool}: its {kept} {noun} {verb} \
+             kept (last leg) and will be drained once another backend is usable\n"
+        ));
+    }
+    Ok(out)
 }
 
 /// `POST /pools/{pool}/backends/{backend}/release`.

@@ -70,7 +70,7 @@ pub enum UpgradeError {
     #[error("the new process exited before it was ready ({0})")]
     Exited(String),
     /// The new process did not get as far in time.
-    #[error("the new process was not {0} within {t}", t = humantime::format_duration(*.1))]
+    #[error("the new process was not {0} within {t}", t = crate::config::span(*.1))]
     Timeout(&'static str, std::time::Duration),
     /// The new process refused (a handover format it cannot read, a
     /// listen address it could not bind, ...).

@@ -231,10 +231,14 @@ impl Pool {
     }
 
     /// Put the backend named `name` into maintenance for exactly `window`.
+    /// Returns how many of its connections the last-leg rule keeps: when
+    /// no other backend of the pool is usable they stay (logged as
+    /// `last_leg_kept`) and are drained once one is; 0 when they drain now
+    /// (or it has none).
     ///
     /// # Errors
     /// When the pool has no such backend.
-    pub fn quarantine(&self, name: &str, window: Duration) -> Result<(), UnknownBackend> {
+    pub fn quarantine(&self, name: &str, window: Duration) -> Result<usize, UnknownBackend> {
         let config = self.config();
         let mut backends = self.backends();
         let b = self.by_name(&mut backends, name)?;
@@ -249,7 +253,14 @@ impl Pool {
             },
         );
         self.drain(&mut backends, &config);
-        Ok(())
+        let kept = backends.last_leg_kept(&config, name);
+        if kept > 0 {
+            warn!(
+                pool = %self.name, backend = name, connections = kept,
+                "last_leg_kept"
+            );
+        }
+        Ok(kept)
     }
 
     /// End the backend's quarantine window now; it returns once `rise`

@@ -95,6 +95,22 @@ fn out(b: &Backend, now: Instant) -> bool {
     !b.health.is_usable() && !b.health.awaiting_return(now)
 }
 
+impl Members {
+    /// The connections of backend `name` that only the last-leg rule
+    /// keeps: it is out, drains are on, and no backend of the pool is
+    /// usable to take its clients. 0 otherwise.
+    pub(in crate::pool) fn last_leg_kept(&self, config: &PoolConfig, name: &str) -> usize {
+        if !config.health.drain || self.active.iter().any(|b| b.health.is_usable()) {
+            return 0;
+        }
+        let now = Instant::now();
+        self.active
+            .iter()
+            .find(|b| b.config.name == name && out(b, now))
+            .map_or(0, movable)
+    }
+}
+
 fn movable(b: &Backend) -> usize {
     b.conns.values().filter(|e| e.closer.is_movable()).count()
 }

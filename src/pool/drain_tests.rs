@@ -379,3 +379,24 @@ async fn a_backend_found_down_mid_drain_loses_the_rest_at_once() {
     assert_eq!(bench.close_times(), expected);
     assert_eq!(bench.closed_ids(), bench.ids_on(a));
 }
+
+/// Quarantined by hand while it is the last usable backend: its
+/// connections are kept and counted in the answer; once another backend
+/// is usable they drain.
+#[tokio::test(start_paused = true)]
+async fn quarantining_the_last_usable_backend_keeps_and_reports_its_connections() {
+    let mut bench = Bench::new("0s", &["a", "b"], 3);
+    let (a, b) = (bench.id("a"), bench.id("b"));
+    assert_eq!(bench.pool.quarantine("a", HOUR), Ok(0), "b takes a's clients");
+    bench.look();
+    assert_eq!(bench.closed_ids(), bench.ids_on(a));
+    assert_eq!(bench.pool.quarantine("b", HOUR), Ok(3), "b is the last leg");
+    bench.run_until(ms(5000)).await;
+    assert_eq!(bench.closes.len(), 3, "b's connections kept");
+    assert_eq!(bench.pool.quarantine("nope", HOUR).map_err(|e| e.backend), Err("nope".to_owned()));
+    bench.bring_back("a");
+    bench.run_until(ms(6000)).await;
+    let mut closed = bench.ids_on(a);
+    closed.extend(bench.ids_on(b));
+    assert_eq!(bench.closed_ids(), closed, "b drained once a is back");
+}

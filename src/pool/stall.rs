@@ -98,7 +98,7 @@ pub(in crate::pool) fn stalled(
     Some(format!(
         "{} connections received nothing for {} while {} sent",
         judged.len(),
-        humantime::format_duration(timeout),
+        crate::config::span(timeout),
         heard.config.name
     ))
 }

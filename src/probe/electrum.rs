@@ -69,7 +69,7 @@ pub async fn probe(
             Ok(Err(err)) => Err(handshake_failure(&err)),
             Err(_) => Err(Failure::Garbled(format!(
                 "no TLS handshake within {}",
-                humantime::format_duration(timeout)
+                crate::config::span(timeout)
             ))),
         },
     };
@@ -135,7 +135,7 @@ where
         Err(_) => Err(Failure::Garbled(format!(
             "no answer to {} within {}",
             session.awaiting,
-            humantime::format_duration(timeout)
+            crate::config::span(timeout)
         ))),
     };
     session.close().await;

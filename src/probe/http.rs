@@ -132,7 +132,7 @@ impl HttpProber {
         match timeout_at(deadline, self.fetch(url, blockbook)).await {
             Err(_) => Report::new(
                 Verdict::Unknown,
-                format!("no answer within {}", humantime::format_duration(timeout)),
+                format!("no answer within {}", crate::config::span(timeout)),
             ),
             Ok(Err(detail)) => Report::new(Verdict::Unknown, redact(detail, url)),
             Ok(Ok((status, None))) => Report::new(Verdict::Healthy, format!("HTTP {status}")),

@@ -73,7 +73,7 @@ pub async fn probe_proving(
         Err(_) => {
             return Report::new(
                 Verdict::Unknown,
-                format!("no version within {}", humantime::format_duration(timeout)),
+                format!("no version within {}", crate::config::span(timeout)),
             );
         }
     };

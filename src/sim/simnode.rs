@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
@@ -44,7 +45,9 @@ pub struct SimNode {
 /// What the node's tasks read.
 struct NodeState {
     magic: Magic,
-    height: AtomicU64,
+    /// The height announced in handshakes; each rise is announced to the
+    /// peers already connected, as `inv` block entries.
+    tip: watch::Sender<u64>,
     silent: AtomicBool,
     /// Headers are served up to this height at most (a liar's is below
     /// its announced height).
@@ -72,7 +75,7 @@ impl SimNode {
             addr: listener.local_addr()?,
             shared: Arc::new(NodeState {
                 magic,
-                height: AtomicU64::new(height),
+                tip: watch::Sender::new(height),
                 silent: AtomicBool::new(false),
                 headers_to: AtomicU64::new(u64::MAX),
                 chain: (magic == REGTEST)
@@ -92,14 +95,16 @@ impl SimNode {
         self.addr
     }
 
-    /// The height announced in later handshakes.
+    /// The height announced in handshakes.
     pub fn height(&self) -> u64 {
-        self.shared.height.load(Ordering::Relaxed)
+        *self.shared.tip.borrow()
     }
 
-    /// Announce `height` from the next handshake on.
+    /// Announce `height` from the next handshake on; a rise is also
+    /// announced to the peers connected now (one `inv` block entry per
+    /// new block, as a node relays blocks it accepted).
     pub fn set_height(&self, height: u64) {
-        self.shared.height.store(height, Ordering::Relaxed);
+        self.shared.tip.send_replace(height);
     }
 
     /// Serve headers only up to `height`, whatever height is announced: a
@@ -254,8 +259,20 @@ async fn converse(
     let mut decoder = Decoder::new(shared.magic);
     let mut buf = vec![0u8; 16 * 1024];
     let mut greeted = false;
+    let mut tip = shared.tip.subscribe();
+    let mut announced = *tip.borrow_and_update();
     loop {
-        let n = stream.read(&mut buf).await?;
+        let n = tokio::select! {
+            n = stream.read(&mut buf) => n?,
+            Ok(()) = tip.changed(), if greeted => {
+                let now = *tip.borrow_and_update();
+                if now > announced && !shared.silent.load(Ordering::Relaxed) {
+                    stream.write_all(&announce(shared.magic, announced, now)).await?;
+                }
+                announced = now;
+                continue;
+            }
+        };
         if n == 0 {
             return Ok(());
         }
@@ -289,14 +306,30 @@ async fn converse(
     }
 }
 
+/// Most entries in one `inv` (Bitcoin Core's `MAX_INV_SZ`).
+const MAX_INV: u64 = 50_000;
+
+/// An `inv` of the blocks above `from` up to `to` (the newest
+/// [`MAX_INV`] of them): entry type 2 (`MSG_BLOCK`) and a stand-in hash
+/// that names the height, which is all the demo's clients count.
+fn announce(magic: Magic, from: u64, to: u64) -> Vec<u8> {
+    let first = from.max(to.saturating_sub(MAX_INV)) + 1;
+    let mut payload = Vec::new();
+    wire::put_var_int(&mut payload, to + 1 - first);
+    for height in first..=to {
+        payload.extend_from_slice(&2u32.to_le_bytes());
+        let mut hash = [0u8; 32];
+        hash[..8].copy_from_slice(&height.to_le_bytes());
+        payload.extend_from_slice(&hash);
+    }
+    wire::encode(magic, "inv", &payload)
+}
+
 /// The `headers` answer to a `getheaders` payload, mined off the async threads.
 async fn headers_reply(shared: &Arc<NodeState>, payload: &[u8]) -> io::Result<Vec<u8>> {
     let locator = parse_locator(payload)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed getheaders"))?;
-    let height = shared
-        .height
-        .load(Ordering::Relaxed)
-        .min(shared.headers_to.load(Ordering::Relaxed));
+    let height = (*shared.tip.borrow()).min(shared.headers_to.load(Ordering::Relaxed));
     let shared = shared.clone();
     let found = tokio::task::spawn_blocking(move || {
         shared
@@ -333,7 +366,7 @@ fn parse_locator(payload: &[u8]) -> Option<Vec<Hash>> {
 }
 
 fn our_version(shared: &NodeState, peer: SocketAddr, local: SocketAddr) -> Vec<u8> {
-    let height = shared.height.load(Ordering::Relaxed);
+    let height = *shared.tip.borrow();
     let params = VersionParams {
         services: 1, // NODE_NETWORK, as a full node announces
         timestamp: wire::unix_now(),
@@ -430,6 +463,34 @@ mod tests {
         assert_eq!(node.height(), 1010);
         assert_eq!(probe_node(&node).await.height, Some(1010));
         assert_eq!(node.accepted(), 2);
+    }
+
+    /// The heights named by an `inv` of block entries.
+    fn inv_heights(msg: &Message) -> Vec<u64> {
+        assert_eq!(msg.command, "inv");
+        let mut rest = &msg.payload[..];
+        let count = wire::take_var_int(&mut rest, "inv").unwrap();
+        let entries: Vec<&[u8]> = rest.chunks(36).collect();
+        assert_eq!(entries.len() as u64, count);
+        entries
+            .iter()
+            .map(|e| {
+                assert_eq!(e[..4], 2u32.to_le_bytes(), "MSG_BLOCK");
+                u64::from_le_bytes(e[4..12].try_into().unwrap())
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn announces_each_new_block_to_connected_peers() {
+        let node = node(100).await;
+        let (mut stream, mut decoder) = client(&node).await;
+        node.set_height(103);
+        let msg = next(&mut stream, &mut decoder).await;
+        assert_eq!(inv_heights(&msg), [101, 102, 103]);
+        node.set_height(104);
+        let msg = next(&mut stream, &mut decoder).await;
+        assert_eq!(inv_heights(&msg), [104]);
     }
 
     #[tokio::test]

@@ -149,5 +149,53 @@ fn demo_plays_failover_quarantine_drain_and_rebalance() {
             "summary does not place {client}\n{context}"
         );
     }
+    // Each client's height follows its node's announcements, not the
+    // height at its handshake (a block may land between the two reads).
+    let column =
+        |line: &str, i: usize| -> Option<u64> { line.split_whitespace().nth(i)?.parse().ok() };
+    let node_height = |node: &str| {
+        summary
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{node} ")) && l.contains("127.0.0.1"))
+            .and_then(|l| column(l, 3))
+    };
+    let mut checked = 0;
+    for line in summary.lines().filter(|l| l.trim_start().starts_with('c')) {
+        let (Some(node), Some(height)) = (line.split_whitespace().nth(2), column(line, 5)) else {
+            continue;
+        };
+        let tip = node_height(node).unwrap_or_else(|| panic!("no height for {node}\n{context}"));
+        assert!(
+            height + 1 >= tip && height <= tip,
+            "client line {line:?}: height {height}, its node {node} at {tip}\n{context}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 6, "client heights read\n{context}");
     assert!(summary.contains(": ok"), "{context}");
+}
+
+/// The demo reads no config: its help offers no `-c`, and a `-c` given
+/// before or after it is refused (exit 2) instead of being ignored.
+#[test]
+fn demo_takes_no_config_option() {
+    let bin = env!("CARGO_BIN_EXE_pin-proxy");
+    let help = Command::new(bin)
+        .args(["demo", "--help"])
+        .output()
+        .expect("run demo --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("Usage: pin-proxy demo"), "{help}");
+    assert!(
+        !help.contains("--config"),
+        "demo --help offers --config:\n{help}"
+    );
+    for args in [["demo", "-c", "x.yaml"], ["-c", "x.yaml", "demo"]] {
+        let out = Command::new(bin)
+            .args(args)
+            .env_remove("PIN_PROXY_CONFIG")
+            .output()
+            .expect("run demo -c");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
 }

@@ -57,6 +57,10 @@ pub struct BackendAnswer {
     /// quarantined, and nothing changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released: Option<bool>,
+    /// For a quarantine of the pool's last usable backend: its connections
+    /// kept by the last-leg rule (drained once another backend is usable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_connections: Option<usize>,
 }
 
 /// An error answer's body.
@@ -337,13 +341,17 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
             window,
         } => {
             let p = find_pool(ctx, &pool)?;
-            p.quarantine(&backend, window).map_err(not_found)?;
-            backend_answer(ctx, pool, &backend, None)
+            let kept = p.quarantine(&backend, window).map_err(not_found)?;
+            let mut answer = backend_answer(ctx, pool, &backend)?;
+            answer.kept_connections = (kept > 0).then_some(kept);
+            json(StatusCode::OK, &answer)
         }
         AdminRequest::Release { pool, backend } => {
             let p = find_pool(ctx, &pool)?;
             let released = p.release(&backend).map_err(not_found)?;
-            backend_answer(ctx, pool, &backend, Some(released))
+            let mut answer = backend_answer(ctx, pool, &backend)?;
+            answer.released = Some(released);
+            json(StatusCode::OK, &answer)
         }
     }
 }
@@ -421,12 +429,7 @@ fn not_found(e: impl std::fmt::Display) -> Fail {
 }
 
 /// The backend's status now, in a [`BackendAnswer`].
-fn backend_answer(
-    ctx: &Ctx,
-    pool: String,
-    backend: &str,
-    released: Option<bool>,
-) -> Result<Answer, Fail> {
+fn backend_answer(ctx: &Ctx, pool: String, backend: &str) -> Result<BackendAnswer, Fail> {
     // The pool may have been removed by a reload in between: then it is gone.
     let status = ctx
         .control
@@ -438,14 +441,12 @@ fn backend_answer(
                 format!("pool {pool} has no backend {backend}"),
             )
         })?;
-    json(
-        StatusCode::OK,
-        &BackendAnswer {
-            pool,
-            backend: status,
-            released,
-        },
-    )
+    Ok(BackendAnswer {
+        pool,
+        backend: status,
+        released: None,
+        kept_connections: None,
+    })
 }
 
 fn json(status: StatusCode, value: &impl Serialize) -> Result<Answer, Fail> {

@@ -25,7 +25,7 @@ pub fn render(status: &Status, now: SystemTime) -> String {
         status.version,
         status.pid,
         status.generation,
-        humantime::format_duration(Duration::from_secs(status.uptime_s))
+        crate::config::span(Duration::from_secs(status.uptime_s))
     );
     for pool in &status.pools {
         out.push('\n');
@@ -162,7 +162,7 @@ fn parse(rfc3339: &str) -> Option<SystemTime> {
 /// `to - from`, whole seconds, `0s` if negative.
 fn age(from: SystemTime, to: SystemTime) -> String {
     let d = to.duration_since(from).unwrap_or(Duration::ZERO);
-    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+    crate::config::span(Duration::from_secs(d.as_secs())).to_string()
 }
 
 /// `812 B`, `1.5 KiB`, `3.2 GiB`.

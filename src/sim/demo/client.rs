@@ -37,7 +37,8 @@ pub(crate) struct ClientView {
     pub up: bool,
     /// Connections dialled so far.
     pub dials: u32,
-    /// The height the node announced in the last handshake.
+    /// The node's height as this client saw it: the last handshake's,
+    /// plus one per block the node announced since (`inv`).
     pub height: Option<i32>,
 }
 
@@ -134,7 +135,11 @@ impl Dialer {
             v.height = Some(height);
         });
         info!(client = %name, dial, local = %local, backend = %backend, height, "demo_handshake");
-        hold(&mut stream, &mut decoder).await
+        let blocks = |n: i32| {
+            self.clients
+                .update(i, |v| v.height = v.height.map(|h| h + n))
+        };
+        hold(&mut stream, &mut decoder, blocks).await
     }
 }
 
@@ -181,9 +186,13 @@ async fn read_handshake(stream: &mut TcpStream, decoder: &mut Decoder) -> io::Re
     Err(invalid("no version/verack"))
 }
 
-/// Hold the connection like a peer: answer pings, ignore the rest, return
-/// when the far side closes.
-async fn hold(stream: &mut TcpStream, decoder: &mut Decoder) -> io::Result<()> {
+/// Hold the connection like a peer: answer pings, count the blocks
+/// announced (`blocks`), ignore the rest, return when the far side closes.
+async fn hold(
+    stream: &mut TcpStream,
+    decoder: &mut Decoder,
+    blocks: impl Fn(i32),
+) -> io::Result<()> {
     let mut buf = [0u8; 4096];
     loop {
         let n = stream.read(&mut buf).await?;
@@ -193,12 +202,30 @@ async fn hold(stream: &mut TcpStream, decoder: &mut Decoder) -> io::Result<()> {
         decoder.feed(&buf[..n]);
         // Draining every message keeps the decoder's buffer to one message.
         while let Some(msg) = decoder.next_message().map_err(invalid)? {
-            if msg.command == "ping" {
-                let pong = wire::encode(MAGIC, "pong", &msg.payload);
-                stream.write_all(&pong).await?;
+            match msg.command.as_str() {
+                "ping" => {
+                    let pong = wire::encode(MAGIC, "pong", &msg.payload);
+                    stream.write_all(&pong).await?;
+                }
+                "inv" => blocks(announced_blocks(&msg.payload).map_err(invalid)?),
+                _ => {}
             }
         }
     }
+}
+
+/// How many `MSG_BLOCK` entries an `inv` payload lists (a stand-in for
+/// following the chain: the demo's nodes announce each new block once).
+fn announced_blocks(payload: &[u8]) -> Result<i32, wire::WireError> {
+    const ENTRY: usize = 36;
+    let mut rest = payload;
+    let count = wire::take_var_int(&mut rest, "inv")?;
+    let blocks = rest
+        .chunks_exact(ENTRY)
+        .take(usize::try_from(count).unwrap_or(usize::MAX))
+        .filter(|e| e[..4] == 2u32.to_le_bytes())
+        .count();
+    Ok(i32::try_from(blocks).unwrap_or(i32::MAX))
 }
 
 /// The backend holding a connection from `client` in the snapshot `pool`.

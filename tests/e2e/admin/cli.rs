@@ -116,6 +116,50 @@ async fn quarantine_and_release_commands_change_the_state() {
     assert_eq!(err.trim(), "error: pool p has no backend nope");
 }
 
+/// Quarantining the last usable backend: the command and the log say its
+/// connections are kept (last leg) until another backend is usable; the
+/// window is echoed as written (`100d`, not months).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantining_the_last_usable_backend_says_its_connections_are_kept() {
+    let (proxy, admin, _nodes) = two_echo(false).await;
+    let addr = admin.to_string();
+    let _clients = [
+        tokio::net::TcpStream::connect(proxy.addr("p"))
+            .await
+            .unwrap(),
+        tokio::net::TcpStream::connect(proxy.addr("p"))
+            .await
+            .unwrap(),
+    ];
+    proxy
+        .wait_count(|e| e["message"] == "connected", 2, T)
+        .await;
+    let (code, out, err) = cli(&["quarantine", "p", "a", "--for", "100d", "--admin", &addr]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("p/a quarantined for 100d until "), "{out}");
+    assert!(!out.contains("last leg"), "b is usable, a drains:\n{out}");
+
+    let (code, out, err) = cli(&["quarantine", "p", "b", "--for", "10m", "--admin", &addr]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(
+            "note: b is the last usable backend of p: its 1 connection is kept (last leg)"
+        ),
+        "{out}"
+    );
+    let event = proxy
+        .wait_event(|e| e["message"] == "last_leg_kept", T)
+        .await;
+    assert_eq!(
+        (&event["pool"], &event["backend"], &event["connections"]),
+        (&"p".into(), &"b".into(), &1.into()),
+        "{event}"
+    );
+    let kept = request(admin, "POST", "/pools/p/backends/b/quarantine?for=10m").await;
+    let kept: Value = serde_json::from_str(&kept.body).unwrap();
+    assert_eq!(kept["kept_connections"], 1, "{kept}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_against_an_unreachable_instance_exit_1_with_one_line() {
     for args in [
