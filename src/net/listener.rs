@@ -122,7 +122,7 @@ pub async fn accept_loop(
                         sockopt::tune(&stream, &keepalive),
                     ] {
                         if let Err(err) = result {
-                            debug!(pool = %pool.name, %err, "socket options on client failed");
+                            debug!(pool = %pool.name, leg = "client", %err, "sockopt_failed");
                         }
                     }
                     tuned = keepalive;

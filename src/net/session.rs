@@ -265,7 +265,7 @@ async fn open(
             }
         };
     if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
-        debug!(pool = %pool.name, conn, backend = %target.config.name, %err, "socket options on backend failed");
+        debug!(pool = %pool.name, conn, backend = %target.config.name, leg = "backend", %err, "sockopt_failed");
     }
     Some(Leg {
         lease,

@@ -35,8 +35,9 @@ pub enum CloseReason {
     NoBackend,
     /// This process ran out of descriptors or memory while connecting.
     LocalResources,
-    /// Not closed: handed over to the process of a live upgrade, which
-    /// carries on with its sockets (never logged as a `closed` reason).
+    /// Frozen for a live upgrade: handed over, it is not closed and not
+    /// logged; one that could not be handed over (`handover_missed`) is
+    /// closed with this reason.
     Handover,
 }
 

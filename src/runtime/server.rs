@@ -404,7 +404,8 @@ impl Server {
         if !plan.restart_only.is_empty() {
             warn!(
                 keys = ?plan.restart_only,
-                "reload_partial: admin, log and state_file settings apply at the next restart"
+                note = "admin, log and state_file settings apply at the next restart",
+                "reload_partial"
             );
         }
         Ok(())

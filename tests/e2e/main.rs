@@ -14,6 +14,7 @@ mod deb;
 mod demo;
 mod deploy;
 mod discovery;
+mod docs;
 mod faults;
 mod faults_soak;
 mod fuzz_corpus;

@@ -88,7 +88,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     names
 }
 
-/// The metrics README.md lists under "Scrape metrics".
+/// The metrics README.md lists under "Metrics".
 const METRICS: [&str; 11] = [
     "pin_proxy_active_connections",
     "pin_proxy_connections_total",

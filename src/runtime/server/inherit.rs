@@ -13,6 +13,7 @@ use super::listen::Inherited;
 use crate::config::Config;
 use crate::net::freeze::Frozen;
 use crate::net::session;
+use crate::pool::close::CloseReason;
 use crate::runtime::handover::heir::Heir;
 use crate::runtime::handover::protocol::Inheritance;
 use crate::runtime::handover::{CONN_ID_GAP, ENV};
@@ -164,7 +165,13 @@ impl Server {
         for f in frozen {
             let Some(run) = self.pools.iter().find(|run| run.pool.name == f.meta.pool) else {
                 let m = &f.meta;
-                info!(pool = %m.pool, conn = m.conn, client = %m.peer, reason = "pool_removed", "closed");
+                let lived = m.started.elapsed().unwrap_or_default();
+                info!(
+                    pool = %m.pool, backend = %m.backend, conn = m.conn, client = %m.peer,
+                    bytes_up = m.splice.up.moved, bytes_down = m.splice.down.moved,
+                    duration_ms = u64::try_from(lived.as_millis()).unwrap_or(u64::MAX),
+                    reason = CloseReason::PoolRemoved.as_str(), "closed"
+                );
                 continue;
             };
             let slots = &self.shared.slots;
