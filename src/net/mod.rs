@@ -9,6 +9,7 @@
 pub mod connect;
 pub mod freeze;
 pub mod listener;
+pub mod pipe;
 pub mod reject_fold;
 pub mod session;
 pub mod sockopt;

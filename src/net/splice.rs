@@ -42,6 +42,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::pool::close::{CloseReason, Closer};
 use crate::pool::registry::BackendStats;
+use crate::net::pipe::{self, Pipe};
 use crate::net::sockopt;
 
 /// Bytes moved per read/write while a direction is busy.
@@ -146,17 +147,28 @@ impl From<DirState> for Dir {
                 })
             }),
             done: s.done,
+            bulk: false,
+            pipe: None,
         }
     }
 }
 
 impl Dir {
     fn freeze(&mut self) -> DirState {
-        let held = self
+        let mut held = self
             .held
             .take()
             .map(|h| h.data[h.sent..].to_vec())
             .unwrap_or_default();
+        if let Some(mut pipe) = self.pipe.take() {
+            // Bytes in a pipe are in this process only: carried as data.
+            // A pipe holding bytes can always be read, so this is whole.
+            match pipe.take_bytes() {
+                Ok(bytes) => held.extend_from_slice(&bytes),
+                Err(e) => tracing::error!(err = %e, "pipe_read_failed"),
+            }
+            pipe::give(*pipe);
+        }
         DirState {
             moved: self.moved,
             held,
@@ -244,6 +256,21 @@ struct Dir {
     held: Option<Box<Unwritten>>,
     /// EOF read and everything before it written.
     done: bool,
+    /// Its last busy spell moved whole buffers: the next one starts
+    /// through a pipe at once, without a copied buffer to find out.
+    bulk: bool,
+    /// Lent while the direction moves whole buffers: bytes then go
+    /// socket → pipe → socket in the kernel (`splice(2)`). Given back
+    /// when it goes quiet with the pipe empty.
+    pipe: Option<Box<Pipe>>,
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        if let Some(pipe) = self.pipe.take() {
+            pipe::give(*pipe);
+        }
+    }
 }
 
 /// The unwritten rest of one chunk.
@@ -375,6 +402,12 @@ impl Dir {
         to: &TcpStream,
         totals: Totals<'_>,
     ) -> Poll<Result<(), Fault>> {
+        if self.bulk && self.held.is_none() && self.pipe.is_none() {
+            self.pipe = pipe::take().map(Box::new);
+        }
+        if self.pipe.is_some() {
+            return self.pump_piped(cx, from, to, totals);
+        }
         for _ in 0..STEPS_PER_WAKE {
             // Whatever the receiver did not take last time goes first.
             if let Some(held) = &mut self.held {
@@ -396,7 +429,17 @@ impl Dir {
             }
             ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
             match step(from, to)? {
-                Forwarded::Moved(n) => Dir::add(&mut self.moved, n, totals),
+                Forwarded::Moved(n) => {
+                    Dir::add(&mut self.moved, n, totals);
+                    // A whole buffer: a bulk transfer; go on in the kernel.
+                    if n == CHUNK
+                        && let Some(pipe) = pipe::take()
+                    {
+                        self.pipe = Some(Box::new(pipe));
+                        self.bulk = true;
+                        return self.pump_piped(cx, from, to, totals);
+                    }
+                }
                 Forwarded::Partial { written, rest } => {
                     Dir::add(&mut self.moved, written, totals);
                     self.held = Some(Box::new(Unwritten {
@@ -409,6 +452,61 @@ impl Dir {
             }
         }
         // Busy: let the other tasks run, then carry on.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// [`Dir::pump`] through the lent pipe: empty it into `to`, fill it
+    /// from `from`, again. Gives the pipe back whenever `from` has
+    /// nothing and the pipe is empty, so a connection between bursts
+    /// holds none; when this wake moved less than one buffer the transfer
+    /// is over, and the direction copies again.
+    fn pump_piped(
+        &mut self,
+        cx: &mut Context<'_>,
+        from: &TcpStream,
+        to: &TcpStream,
+        totals: Totals<'_>,
+    ) -> Poll<Result<(), Fault>> {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return Poll::Pending;
+        };
+        let mut woke_with = 0;
+        for _ in 0..STEPS_PER_WAKE {
+            while pipe.held() > 0 {
+                ready!(to.poll_write_ready(cx)).map_err(|e| (false, e))?;
+                match pipe.drain(to) {
+                    Ok(0) => return Poll::Ready(Err((false, io::ErrorKind::WriteZero.into()))),
+                    Ok(n) => {
+                        woke_with += n;
+                        Dir::add(&mut self.moved, n, totals);
+                    }
+                    Err(e) if is_transient(&e) => {}
+                    Err(e) => return Poll::Ready(Err((false, e))),
+                }
+            }
+            match from.poll_read_ready(cx) {
+                Poll::Pending => {
+                    self.bulk = woke_with >= CHUNK;
+                    if let Some(pipe) = self.pipe.take() {
+                        pipe::give(*pipe);
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(ready) => ready.map_err(|e| (true, e))?,
+            }
+            match pipe.fill(from) {
+                Ok(0) => {
+                    if let Some(pipe) = self.pipe.take() {
+                        pipe::give(*pipe);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(_) => {}
+                Err(e) if is_transient(&e) => {}
+                Err(e) => return Poll::Ready(Err((true, e))),
+            }
+        }
         cx.waker().wake_by_ref();
         Poll::Pending
     }

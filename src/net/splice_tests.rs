@@ -1,4 +1,5 @@
-//! A splice frozen with bytes held for a slow receiver resumes exactly:
+//! A splice frozen with bytes held for a slow receiver (or in its pipe)
+//! resumes exactly:
 //! the held bytes first, the counts carried, nothing lost or repeated.
 
 use std::time::Duration;
@@ -33,6 +34,8 @@ async fn pair(small_first: bool) -> (TcpStream, TcpStream) {
 #[tokio::test]
 async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
     const LEN: usize = 4 << 20;
+    // The copying path (pipes are tested below).
+    pipe::lend_on_this_thread(false);
     // client <-> proxy's client socket; proxy's backend socket <-> node.
     let (mut client, proxy_client) = pair(true).await;
     let (proxy_backend, mut node) = pair(false).await;
@@ -97,4 +100,109 @@ fn a_state_without_held_bytes_allocates_nothing() {
     });
     assert!(dir.held.is_none());
     assert_eq!((dir.moved, dir.done), (9, true));
+}
+
+/// Drive `spliced` until `cond` holds (it must not end meanwhile).
+async fn drive_until(spliced: &mut Splice<'_>, what: &str, cond: impl Fn(&Splice<'_>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond(spliced) {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        tokio::select! {
+            _ = &mut *spliced => panic!("the splice ended before {what}"),
+            () = tokio::time::sleep(Duration::from_millis(2)) => {}
+        }
+    }
+}
+
+/// A bulk direction moves through a lent pipe (`splice(2)`), and a
+/// splice frozen with bytes in that pipe carries them as held bytes: the
+/// resumed splice (another process, which has no such pipe) writes them
+/// first, nothing lost or repeated.
+#[tokio::test]
+async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
+    if !pipe::enabled() {
+        eprintln!("notice: PIN_PROXY_SPLICE=off, the piped path is not tested");
+        return;
+    }
+    const LEN: usize = 8 << 20;
+    let (mut client, proxy_client) = pair(false).await;
+    let (proxy_backend, mut node) = pair(false).await;
+    let data = pattern(LEN);
+    let sent = data.clone();
+    let writer = tokio::spawn(async move {
+        node.write_all(&sent).await.unwrap();
+        node.shutdown().await.unwrap();
+    });
+    let stats = BackendStats::default();
+    let closer = Closer::new();
+    let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
+    // The client does not read: the pipe fills and cannot be emptied.
+    drive_until(&mut spliced, "bytes waiting in a pipe", |s| {
+        s.down.pipe.as_ref().is_some_and(|p| p.held() > 0)
+    })
+    .await;
+    closer.close(CloseReason::Handover);
+    assert_eq!((&mut spliced).await.reason, CloseReason::Handover);
+    let state = spliced.freeze();
+    assert!(!state.down.held.is_empty(), "the pipe's bytes are carried");
+
+    let closer = Closer::carried(state.up.moved, state.down.moved);
+    let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
+    let reader = async {
+        let mut got = vec![0u8; LEN];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(client.read(&mut [0u8; 1]).await.unwrap(), 0, "EOF after the data");
+        client.shutdown().await.unwrap();
+        got
+    };
+    let (out, got) = tokio::join!(resumed, reader);
+    assert!(got == data, "the client got every byte once, in order");
+    assert_eq!(out.bytes_down, LEN as u64);
+    writer.await.unwrap();
+}
+
+/// Once a bulk transfer is over the direction gives its pipe back: an
+/// idle connection holds no pipe, whatever it carried before.
+#[tokio::test]
+async fn a_quiet_direction_gives_its_pipe_back() {
+    if !pipe::enabled() {
+        eprintln!("notice: PIN_PROXY_SPLICE=off, the piped path is not tested");
+        return;
+    }
+    const LEN: usize = 4 << 20;
+    let (mut client, proxy_client) = pair(false).await;
+    let (proxy_backend, mut node) = pair(false).await;
+    let data = pattern(LEN);
+    let stats = BackendStats::default();
+    let closer = Closer::new();
+    let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
+    let mut got = vec![0u8; LEN];
+    let mut used_a_pipe = false;
+    let transfer = async {
+        node.write_all(&data).await.unwrap();
+        client.read_exact(&mut got).await.unwrap();
+    };
+    tokio::pin!(transfer);
+    loop {
+        tokio::select! {
+            _ = &mut spliced => panic!("the splice ended"),
+            () = &mut transfer => break,
+            () = tokio::time::sleep(Duration::from_micros(200)) => {
+                used_a_pipe |= spliced.down.pipe.is_some();
+            }
+        }
+    }
+    assert!(got == data);
+    assert!(used_a_pipe, "4 MiB in one go went through a pipe");
+    drive_until(&mut spliced, "the pipe given back", |s| s.down.pipe.is_none()).await;
+    // Small messages copy; they take no pipe.
+    node.write_all(b"ping").await.unwrap();
+    let mut four = [0u8; 4];
+    tokio::select! {
+        _ = &mut spliced => panic!("the splice ended"),
+        r = client.read_exact(&mut four) => { r.unwrap(); }
+    }
+    assert_eq!(&four, b"ping");
+    assert!(spliced.down.pipe.is_none());
+    assert_eq!(stats.bytes_down.load(Ordering::Relaxed), LEN as u64 + 4);
 }

@@ -121,9 +121,34 @@ pub async fn wait_exited(pid: u32) {
     wait_until(&format!("process {pid} to exit"), T, || exited(pid)).await;
 }
 
-/// Open descriptors of process `pid`.
+/// Open descriptors of process `pid`, leaving out the pipes a bulk
+/// direction borrows for `splice(2)` (they come and go with the traffic;
+/// [`lent_pipes`] counts them).
 pub fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    descriptors(pid).filter(|(_, pipe)| !pipe).count()
+}
+
+/// Pipes process `pid` holds beyond its standard streams: the ones lent
+/// to bulk transfers (none once they are over), and any it inherited.
+pub fn lent_pipes(pid: u32) -> usize {
+    descriptors(pid)
+        .filter(|(fd, pipe)| *pipe && *fd > 2)
+        .count()
+}
+
+/// Each descriptor of `pid`: its number, and whether it is a pipe.
+fn descriptors(pid: u32) -> impl Iterator<Item = (u32, bool)> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten();
+    dir.flatten().map(|entry| {
+        let fd = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u32::MAX);
+        let pipe = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("pipe:"));
+        (fd, pipe)
+    })
 }

@@ -13,10 +13,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::RwLock;
 
-use super::{Bin, T, config, exited, fds, status, upgrade_ok, wait_exited};
+use super::{Bin, T, config, exited, fds, lent_pipes, status, upgrade_ok, wait_exited};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
-use crate::support::within;
+use crate::support::{wait_until, within};
 
 const PINGERS: usize = 200;
 const BULK: usize = 4;
@@ -105,6 +105,8 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
     // Probes at start-up only, so none is open while descriptors are counted.
     let yaml = config(&[a.addr, b.addr], "").replace("interval: 1s", "interval: 1h");
     let proxy = Proxy::start_from(bin.path(), &yaml, &[]).await;
+    // Pipes it inherited (a build's jobserver), before any bulk transfer.
+    let inherited_pipes = lent_pipes(proxy.pid());
     let addr = proxy.addr("p");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -213,6 +215,11 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         drift.abs() <= 2,
         "descriptors = live connections x 2 + the same constant as before (drift {drift})"
     );
+    // The last bulk splice may still be ending as its client saw EOF.
+    wait_until("the bulk streams' pipes given back", T, || {
+        lent_pipes(last) == inherited_pipes
+    })
+    .await;
 
     stop.store(true, Ordering::Relaxed);
     newcomers.await.unwrap();
