@@ -8,11 +8,14 @@ mod child;
 mod churn;
 mod discovery;
 mod dnsmasq;
+mod drain;
 mod echo;
 mod idle;
 mod iperf;
+mod p2p;
 mod pingpong;
 mod procfs;
+mod proxy;
 mod table;
 mod upgrade;
 mod window;
@@ -61,7 +64,8 @@ enum Command {
         #[arg(long, default_value_t = 100_000_000)]
         max_requests: u64,
     },
-    /// Connect, send, read the echo, let the backend close: conn/s.
+    /// Connect, send, read the echo, let the backend close (or close
+    /// first with --client-closes, against a plain echo server): conn/s.
     Churn {
         #[command(flatten)]
         load: Load,
@@ -69,6 +73,9 @@ enum Command {
         concurrency: usize,
         #[arg(long, default_value_t = 64)]
         size: usize,
+        /// Close right after the echo instead of waiting for the backend's close.
+        #[arg(long)]
+        client_closes: bool,
         /// Upper bound on connections per concurrent loop.
         #[arg(long, default_value_t = 10_000_000)]
         max_conns: u64,
@@ -133,6 +140,69 @@ enum Command {
         pingers: usize,
         #[arg(long, default_value_t = 3)]
         upgrades: usize,
+        /// Run the proxy under `taskset -c CPUS`.
+        #[arg(long)]
+        proxy_cpus: Option<String>,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// P2P-shaped load: CONNS connections, stamped messages both ways every
+    /// 1-2 s (random sizes and gaps): round trip and one-way delay
+    /// percentiles, messages, errors, CPU of proxy, client and backend.
+    P2p {
+        #[arg(long)]
+        target: SocketAddr,
+        #[arg(long, default_value_t = 9000)]
+        conns: usize,
+        /// Recorded seconds.
+        #[arg(long, default_value_t = 60.0)]
+        secs: f64,
+        /// Unrecorded seconds between the ramp and the window.
+        #[arg(long, default_value_t = 2.0)]
+        warmup: f64,
+        /// Connections opened per second before the window.
+        #[arg(long, default_value_t = 1000.0)]
+        ramp: f64,
+        #[command(flatten)]
+        shape: ShapeArgs,
+        /// The proxy to meter.
+        #[arg(long)]
+        pid: Option<u32>,
+        /// The backend (`p2p-server`) to meter.
+        #[arg(long)]
+        server_pid: Option<u32>,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// The P2P load's backend: a hello, pings echoed, its own stamped
+    /// announcements to every client.
+    P2pServer {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[command(flatten)]
+        shape: ShapeArgs,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// Spread drain of PROXY's backend holding CONNS idle clients (they
+    /// redial), PINGERS doing ping-pong on the other: drain length, closes
+    /// per 100 ms, close-to-echo gap, failed redials, pingers' stall.
+    Drain {
+        #[arg(long)]
+        proxy: PathBuf,
+        #[arg(long, default_value_t = 5000)]
+        conns: usize,
+        #[arg(long, default_value_t = 50)]
+        pingers: usize,
+        /// `health.drain_spread` (`500ms`, `10s`, `1m`).
+        #[arg(long, default_value = "10s", value_parser = interval)]
+        spread: Duration,
+        /// Pause between a pinger's round trips; `0s`: back to back.
+        #[arg(long, default_value = "0s", value_parser = interval)]
+        ping_gap: Duration,
+        /// Run the proxy under `taskset -c CPUS`.
+        #[arg(long)]
+        proxy_cpus: Option<String>,
         #[command(flatten)]
         rt: Runtime,
     },
@@ -175,6 +245,34 @@ struct Load {
     rt: Runtime,
 }
 
+/// Message sizes and gaps of the P2P load (each side draws its own).
+#[derive(Debug, Clone, Copy, clap::Args)]
+struct ShapeArgs {
+    /// Shortest gap between one side's messages on a connection, ms.
+    #[arg(long, default_value_t = 1000)]
+    min_gap_ms: u64,
+    /// Longest gap, ms.
+    #[arg(long, default_value_t = 2000)]
+    max_gap_ms: u64,
+    /// Smallest message, bytes (at least 11).
+    #[arg(long, default_value_t = 100)]
+    min_size: usize,
+    /// Largest message, bytes (at most 512).
+    #[arg(long, default_value_t = 300)]
+    max_size: usize,
+}
+
+impl ShapeArgs {
+    fn shape(self) -> p2p::Shape {
+        p2p::Shape {
+            min_gap: Duration::from_millis(self.min_gap_ms),
+            max_gap: Duration::from_millis(self.max_gap_ms.max(self.min_gap_ms)),
+            min_size: self.min_size,
+            max_size: self.max_size.max(self.min_size),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, clap::Args)]
 struct Runtime {
     /// Runtime threads; 1 = single-threaded (for the pinned test);
@@ -199,6 +297,7 @@ fn main() -> anyhow::Result<()> {
             conns,
             pingers,
             upgrades,
+            proxy_cpus,
             rt,
         } => {
             let p = upgrade::Params {
@@ -206,8 +305,52 @@ fn main() -> anyhow::Result<()> {
                 conns,
                 pingers,
                 upgrades,
+                proxy_cpus,
             };
             report(block_on(rt, upgrade::run(p))?)
+        }
+        Command::P2p {
+            target,
+            conns,
+            secs: duration,
+            warmup,
+            ramp,
+            shape,
+            pid,
+            server_pid,
+            rt,
+        } => {
+            let p = p2p::Params {
+                target,
+                conns,
+                ramp,
+                warmup: secs(warmup)?,
+                duration: secs(duration)?,
+                shape: shape.shape(),
+                pid,
+                server_pid,
+            };
+            report(block_on(rt, p2p::run(p))?)
+        }
+        Command::P2pServer { listen, shape, rt } => block_on(rt, p2p::serve(listen, shape.shape())),
+        Command::Drain {
+            proxy,
+            conns,
+            pingers,
+            spread,
+            ping_gap,
+            proxy_cpus,
+            rt,
+        } => {
+            let p = drain::Params {
+                proxy,
+                conns,
+                pingers,
+                spread,
+                ping_gap,
+                proxy_cpus,
+            };
+            report(block_on(rt, drain::run(p))?)
         }
         Command::Discovery {
             proxy,
@@ -247,12 +390,14 @@ fn main() -> anyhow::Result<()> {
             load,
             concurrency,
             size,
+            client_closes,
             max_conns,
         } => {
             let p = churn::Params {
                 target: load.target,
                 concurrency,
                 size,
+                client_closes,
                 warmup: secs(load.warmup)?,
                 duration: secs(load.duration)?,
                 max_conns,

@@ -1,0 +1,331 @@
+//! The `--scale` part of the summary: the P2P load (no proxy, HAProxy,
+//! pin-proxy; latency added over no proxy), pin-proxy's spread drain, and
+//! the live upgrade. Each section only when the results have its case.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::{DIRECT, HA, PIN, div, fmt, info, median, per_round, values};
+
+// The direction only names the figure; nothing here has a target.
+use super::Better::Lower;
+
+/// The three sections, each after a blank line.
+pub(super) fn render(recs: &[Value]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    out.push_str(&p2p(recs)?);
+    out.push_str(&drain(recs)?);
+    out.push_str(&upgrade(recs)?);
+    Ok(out)
+}
+
+/// `a / b / c` of the medians of `fields` for `target`.
+fn cells(recs: &[Value], target: &str, case: &str, fields: &[&str]) -> String {
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|f| fmt(median(&values(recs, target, case, f))))
+        .collect();
+    parts.join(" / ")
+}
+
+/// The median of one target's figure minus no proxy's, per field.
+fn added(recs: &[Value], target: &str, case: &str, fields: &[&str]) -> Vec<Option<f64>> {
+    fields
+        .iter()
+        .map(|f| {
+            let t = median(&values(recs, target, case, f))?;
+            let d = median(&values(recs, DIRECT, case, f))?;
+            Some(t - d)
+        })
+        .collect()
+}
+
+fn joined(v: &[Option<f64>], each: impl Fn(Option<f64>) -> String) -> String {
+    v.iter().map(|&x| each(x)).collect::<Vec<_>>().join(" / ")
+}
+
+const RTT: [&str; 3] = ["rtt_p50_us", "rtt_p99_us", "rtt_p999_us"];
+const ONEWAY: [&str; 3] = ["oneway_p50_us", "oneway_p99_us", "oneway_p999_us"];
+
+fn p2p(recs: &[Value]) -> anyhow::Result<String> {
+    let case = "p2p";
+    let first = recs.iter().find(|r| r["case"] == case);
+    let Some(first) = first else {
+        return Ok(String::new());
+    };
+    let mut out = String::new();
+    writeln!(
+        out,
+        "\nP2P load: {} connections, {} s recorded, messages of 100-300 B every 1-2 s both ways (medians across rounds):\n",
+        fmt(first["conns"].as_f64()),
+        fmt(first["secs"].as_f64()),
+    )?;
+    writeln!(
+        out,
+        "| figure | no proxy | HAProxy | pin-proxy | pin-proxy / HAProxy | per round |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---|")?;
+    let rows: [(&str, &[&str], bool); 7] = [
+        ("round trip p50 / p99 / p99.9, µs", &RTT, true),
+        (
+            "one-way backend → client p50 / p99 / p99.9, µs",
+            &ONEWAY,
+            true,
+        ),
+        ("proxy CPU, % of one CPU", &["proxy_cpu_pct"], false),
+        ("client CPU, % of one CPU", &["client_cpu_pct"], true),
+        ("backend CPU, % of one CPU", &["server_cpu_pct"], true),
+        (
+            "messages/s (pings, echoes, announcements)",
+            &["msgs_per_s"],
+            true,
+        ),
+        (
+            "established / connect errors / errors after / echoes missing",
+            &["established", "connect_errors", "errors", "echo_missing"],
+            true,
+        ),
+    ];
+    for (label, fields, direct) in rows {
+        let (mut ratios, mut rounds) = (vec![], vec![]);
+        for f in fields {
+            let mt = info(case, f, Lower);
+            let r = div(
+                median(&values(recs, PIN, case, f)),
+                median(&values(recs, HA, case, f)),
+            );
+            ratios.push(r.map_or("–".into(), |r| format!("{r:.2}")));
+            rounds.push(per_round(recs, &mt).join(" "));
+        }
+        let d = if direct {
+            cells(recs, DIRECT, case, fields)
+        } else {
+            "–".to_owned()
+        };
+        writeln!(
+            out,
+            "| {label} | {d} | {} | {} | {} | {} |",
+            cells(recs, HA, case, fields),
+            cells(recs, PIN, case, fields),
+            ratios.join(" / "),
+            rounds.join(" / "),
+        )?;
+    }
+    for (label, fields) in [
+        (
+            "added round trip (minus no proxy) p50 / p99 / p99.9, µs",
+            &RTT,
+        ),
+        (
+            "added one-way (minus no proxy) p50 / p99 / p99.9, µs",
+            &ONEWAY,
+        ),
+    ] {
+        let (ha, pin) = (
+            added(recs, HA, case, fields),
+            added(recs, PIN, case, fields),
+        );
+        let ratios: Vec<Option<f64>> = pin.iter().zip(&ha).map(|(&p, &h)| div(p, h)).collect();
+        writeln!(
+            out,
+            "| {label} | – | {} | {} | {} | – |",
+            joined(&ha, fmt),
+            joined(&pin, fmt),
+            joined(&ratios, |r| r.map_or("–".into(), |r| format!("{r:.2}"))),
+        )?;
+    }
+    Ok(out)
+}
+
+fn drain(recs: &[Value]) -> anyhow::Result<String> {
+    let runs: Vec<&Value> = recs.iter().filter(|r| r["case"] == "drain").collect();
+    let Some(first) = runs.first() else {
+        return Ok(String::new());
+    };
+    let mut out = String::new();
+    writeln!(
+        out,
+        "\nDrain (pin-proxy only): {} idle clients on one backend, quarantined with `health.drain_spread` {} ms; each client redials and echoes 4 B; {} ping-pong connections on the other backend (median, then each round):\n",
+        fmt(first["conns"].as_f64()),
+        fmt(first["spread_ms"].as_f64()),
+        fmt(first["pingers"].as_f64()),
+    )?;
+    writeln!(out, "| figure | median | per round |")?;
+    writeln!(out, "|---|---:|---|")?;
+    let rows: [(&str, &[&str], f64); 8] = [
+        ("drain, first close to last, ms", &["drain_ms"], 1.0),
+        (
+            "first close after the quarantine request, ms",
+            &["first_close_ms"],
+            1.0,
+        ),
+        (
+            "most closes in 100 ms / planned",
+            &["max_closes_per_100ms", "planned_closes_per_100ms"],
+            1.0,
+        ),
+        (
+            "close to re-established echo p50 / p99 / max, ms",
+            &["gap_p50_us", "gap_p99_us", "gap_max_us"],
+            1e-3,
+        ),
+        (
+            "clients closed / re-established / failed redials / never back / not closed",
+            &[
+                "closed",
+                "reopened",
+                "redials_failed",
+                "never_reopened",
+                "not_closed",
+            ],
+            1.0,
+        ),
+        (
+            "pingers' longest round trip, during / before, ms",
+            &["ping_drain_max_us", "ping_baseline_max_us"],
+            1e-3,
+        ),
+        (
+            "pingers' p99 round trip, during / before, ms",
+            &["ping_drain_p99_us", "ping_baseline_p99_us"],
+            1e-3,
+        ),
+        (
+            "proxy CPU from the request to the last echo, s",
+            &["proxy_cpu_s"],
+            1.0,
+        ),
+    ];
+    for (label, fields, scale) in rows {
+        let each = |r: &Value| {
+            fields
+                .iter()
+                .map(|f| fmt(r[*f].as_f64().map(|v| v * scale)))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let med: Vec<String> = fields
+            .iter()
+            .map(|f| {
+                let v: Vec<f64> = runs.iter().filter_map(|r| r[*f].as_f64()).collect();
+                fmt(median(&v).map(|v| v * scale))
+            })
+            .collect();
+        let rounds: Vec<String> = runs.iter().map(|r| each(r)).collect();
+        writeln!(
+            out,
+            "| {label} | {} | {} |",
+            med.join(" / "),
+            rounds.join("; ")
+        )?;
+    }
+    Ok(out)
+}
+
+fn upgrade(recs: &[Value]) -> anyhow::Result<String> {
+    let runs: Vec<&Value> = recs.iter().filter(|r| r["case"] == "upgrade").collect();
+    let Some(first) = runs.first() else {
+        return Ok(String::new());
+    };
+    let mut out = String::new();
+    writeln!(
+        out,
+        "\nLive upgrade (pin-proxy only): {} connections, {} of them in ping-pong (median of every upgrade, then each round's upgrades):\n",
+        fmt(first["conns"].as_f64()),
+        fmt(first["pingers"].as_f64()),
+    )?;
+    writeln!(out, "| figure | median | each upgrade |")?;
+    writeln!(out, "|---|---:|---|")?;
+    let rows: [(&str, &str, f64); 5] = [
+        ("handover, ms", "handover_ms", 1.0),
+        ("adoption in the new process, ms", "adopt_ms", 1.0),
+        (
+            "longest ping-pong round trip during it, ms",
+            "stall_max_us",
+            1e-3,
+        ),
+        (
+            "new process's RSS before adoption, MiB",
+            "rss_new_before_kib",
+            1.0 / 1024.0,
+        ),
+        (
+            "new process's RSS after adoption, MiB",
+            "rss_new_after_kib",
+            1.0 / 1024.0,
+        ),
+    ];
+    for (label, field, scale) in rows {
+        let per_run: Vec<Vec<f64>> = runs
+            .iter()
+            .map(|r| {
+                r["upgrades"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|u| u[field].as_f64().map(|v| v * scale))
+                    .collect()
+            })
+            .collect();
+        let all: Vec<f64> = per_run.iter().flatten().copied().collect();
+        let each: Vec<String> = per_run
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .map(|&x| fmt(Some(x)))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            })
+            .collect();
+        writeln!(
+            out,
+            "| {label} | {} | {} |",
+            fmt(median(&all)),
+            each.join("; ")
+        )?;
+    }
+    for (label, field, scale) in [
+        (
+            "longest round trip without an upgrade (2 s), ms",
+            "baseline_max_us",
+            1e-3,
+        ),
+        ("old process's RSS, MiB", "rss_old_kib", 1.0 / 1024.0),
+    ] {
+        let v: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r[field].as_f64().map(|v| v * scale))
+            .collect();
+        let each: Vec<String> = v.iter().map(|&x| fmt(Some(x))).collect();
+        writeln!(
+            out,
+            "| {label} | {} | {} |",
+            fmt(median(&v)),
+            each.join("; ")
+        )?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn added_latency_is_the_median_over_no_proxy() {
+        let recs = vec![
+            json!({ "case": "p2p", "target": "direct", "round": 1, "rtt_p50_us": 100.0, "conns": 10, "secs": 5 }),
+            json!({ "case": "p2p", "target": "pin-proxy", "round": 1, "rtt_p50_us": 130.0 }),
+            json!({ "case": "p2p", "target": "haproxy", "round": 1, "rtt_p50_us": 160.0 }),
+        ];
+        assert_eq!(added(&recs, PIN, "p2p", &["rtt_p50_us"]), [Some(30.0)]);
+        let text = p2p(&recs).unwrap();
+        assert!(
+            text.contains("| 60.0 / – / – | 30.0 / – / – | 0.50 / – / – |"),
+            "{text}"
+        );
+        assert!(drain(&recs).unwrap().is_empty());
+    }
+}
