@@ -57,6 +57,9 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     for &n in &steps {
         let mut set = JoinSet::new();
         let (ramp_start, held_before) = (Instant::now(), held.len());
+        // The rate counts up to the last connection that opened: one that
+        // waits out its timeout (a proxy at its limit) is counted as failed.
+        let mut last_open = ramp_start;
         let mut next = held.len() + failed as usize;
         while next < n || !set.is_empty() {
             while next < n && set.len() < p.parallel {
@@ -64,7 +67,10 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
                 next += 1;
             }
             match set.join_next().await {
-                Some(Ok(Ok(s))) => held.push(s),
+                Some(Ok(Ok(s))) => {
+                    held.push(s);
+                    last_open = Instant::now();
+                }
                 Some(Ok(Err(e))) => {
                     failed += 1;
                     first_error.get_or_insert_with(|| format!("{e:#}"));
@@ -73,7 +79,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
                 None => break,
             }
         }
-        let ramp_s = ramp_start.elapsed().as_secs_f64();
+        let ramp_s = (last_open - ramp_start).as_secs_f64();
         let opened = held.len() - held_before;
         tokio::time::sleep(SETTLE).await;
         let rss = procfs::rss_kib(p.pid)?;
@@ -89,6 +95,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
             "setup_cpu_us_per_conn": window::per(setup_cpu * 1e6, held.len() as u64),
             "idle_cpu_pct": (idle_cpu / p.hold.as_secs_f64() * 1000.0).round() / 10.0,
             "ramp_conn_per_s": (opened as f64 / ramp_s.max(1e-9)).round(),
+            "failed_to_open": failed,
         });
         eprintln!("idle: {row}");
         rows.push(row);

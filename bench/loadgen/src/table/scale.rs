@@ -41,32 +41,45 @@ fn added(recs: &[Value], target: &str, case: &str, fields: &[&str]) -> Vec<Optio
         .collect()
 }
 
+/// A count (connections, closes, errors): whole, thousands separated.
+fn count(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.abs() < 100.0 => format!("{}", x.round() as i64),
+        other => fmt(other.map(f64::round)),
+    }
+}
+
 fn joined(v: &[Option<f64>], each: impl Fn(Option<f64>) -> String) -> String {
     v.iter().map(|&x| each(x)).collect::<Vec<_>>().join(" / ")
 }
 
+fn ratio(r: Option<f64>) -> String {
+    r.map_or("–".into(), |r| format!("{r:.2}"))
+}
+
 const RTT: [&str; 3] = ["rtt_p50_us", "rtt_p99_us", "rtt_p999_us"];
 const ONEWAY: [&str; 3] = ["oneway_p50_us", "oneway_p99_us", "oneway_p999_us"];
+const HEALTH: [&str; 4] = ["established", "connect_errors", "errors", "echo_missing"];
 
 fn p2p(recs: &[Value]) -> anyhow::Result<String> {
     let case = "p2p";
-    let first = recs.iter().find(|r| r["case"] == case);
-    let Some(first) = first else {
+    let Some(first) = recs.iter().find(|r| r["case"] == case) else {
         return Ok(String::new());
     };
     let mut out = String::new();
     writeln!(
         out,
         "\nP2P load: {} connections, {} s recorded, messages of 100-300 B every 1-2 s both ways (medians across rounds):\n",
-        fmt(first["conns"].as_f64()),
-        fmt(first["secs"].as_f64()),
+        count(first["conns"].as_f64()),
+        count(first["secs"].as_f64()),
     )?;
     writeln!(
         out,
         "| figure | no proxy | HAProxy | pin-proxy | pin-proxy / HAProxy | per round |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---|")?;
-    let rows: [(&str, &[&str], bool); 7] = [
+    // (label, fields, whether no proxy has it)
+    let rows: [(&str, &[&str], bool); 6] = [
         ("round trip p50 / p99 / p99.9, µs", &RTT, true),
         (
             "one-way backend → client p50 / p99 / p99.9, µs",
@@ -81,22 +94,15 @@ fn p2p(recs: &[Value]) -> anyhow::Result<String> {
             &["msgs_per_s"],
             true,
         ),
-        (
-            "established / connect errors / errors after / echoes missing",
-            &["established", "connect_errors", "errors", "echo_missing"],
-            true,
-        ),
     ];
     for (label, fields, direct) in rows {
         let (mut ratios, mut rounds) = (vec![], vec![]);
         for f in fields {
-            let mt = info(case, f, Lower);
-            let r = div(
+            ratios.push(div(
                 median(&values(recs, PIN, case, f)),
                 median(&values(recs, HA, case, f)),
-            );
-            ratios.push(r.map_or("–".into(), |r| format!("{r:.2}")));
-            rounds.push(per_round(recs, &mt).join(" "));
+            ));
+            rounds.push(per_round(recs, &info(case, f, Lower)).join(" "));
         }
         let d = if direct {
             cells(recs, DIRECT, case, fields)
@@ -108,10 +114,18 @@ fn p2p(recs: &[Value]) -> anyhow::Result<String> {
             "| {label} | {d} | {} | {} | {} | {} |",
             cells(recs, HA, case, fields),
             cells(recs, PIN, case, fields),
-            ratios.join(" / "),
+            joined(&ratios, ratio),
             rounds.join(" / "),
         )?;
     }
+    let health = |target: &str| joined(&medians(recs, target, case, &HEALTH), count);
+    writeln!(
+        out,
+        "| established / connect errors / errors after / echoes missing | {} | {} | {} | – | – |",
+        health(DIRECT),
+        health(HA),
+        health(PIN),
+    )?;
     for (label, fields) in [
         (
             "added round trip (minus no proxy) p50 / p99 / p99.9, µs",
@@ -126,17 +140,37 @@ fn p2p(recs: &[Value]) -> anyhow::Result<String> {
             added(recs, HA, case, fields),
             added(recs, PIN, case, fields),
         );
-        let ratios: Vec<Option<f64>> = pin.iter().zip(&ha).map(|(&p, &h)| div(p, h)).collect();
+        // A ratio of differences only says something when both are added
+        // time; at the far tail one may come out below no proxy's (noise).
+        let ratios: Vec<Option<f64>> = pin
+            .iter()
+            .zip(&ha)
+            .map(|(&p, &h)| match (p, h) {
+                (Some(p), Some(h)) if p > 0.0 && h > 0.0 => Some(p / h),
+                _ => None,
+            })
+            .collect();
         writeln!(
             out,
             "| {label} | – | {} | {} | {} | – |",
             joined(&ha, fmt),
             joined(&pin, fmt),
-            joined(&ratios, |r| r.map_or("–".into(), |r| format!("{r:.2}"))),
+            joined(&ratios, ratio),
         )?;
     }
     Ok(out)
 }
+
+/// The median of each of `fields` for `target`.
+fn medians(recs: &[Value], target: &str, case: &str, fields: &[&str]) -> Vec<Option<f64>> {
+    fields
+        .iter()
+        .map(|f| median(&values(recs, target, case, f)))
+        .collect()
+}
+
+/// The scale of a drain row whose figures are counts.
+const COUNT: f64 = 0.0;
 
 fn drain(recs: &[Value]) -> anyhow::Result<String> {
     let runs: Vec<&Value> = recs.iter().filter(|r| r["case"] == "drain").collect();
@@ -147,9 +181,9 @@ fn drain(recs: &[Value]) -> anyhow::Result<String> {
     writeln!(
         out,
         "\nDrain (pin-proxy only): {} idle clients on one backend, quarantined with `health.drain_spread` {} ms; each client redials and echoes 4 B; {} ping-pong connections on the other backend (median, then each round):\n",
-        fmt(first["conns"].as_f64()),
-        fmt(first["spread_ms"].as_f64()),
-        fmt(first["pingers"].as_f64()),
+        count(first["conns"].as_f64()),
+        count(first["spread_ms"].as_f64()),
+        count(first["pingers"].as_f64()),
     )?;
     writeln!(out, "| figure | median | per round |")?;
     writeln!(out, "|---|---:|---|")?;
@@ -179,7 +213,7 @@ fn drain(recs: &[Value]) -> anyhow::Result<String> {
                 "never_reopened",
                 "not_closed",
             ],
-            1.0,
+            COUNT,
         ),
         (
             "pingers' longest round trip, during / before, ms",
@@ -198,10 +232,17 @@ fn drain(recs: &[Value]) -> anyhow::Result<String> {
         ),
     ];
     for (label, fields, scale) in rows {
+        let show = |v: Option<f64>| {
+            if scale == COUNT {
+                count(v)
+            } else {
+                fmt(v.map(|v| v * scale))
+            }
+        };
         let each = |r: &Value| {
             fields
                 .iter()
-                .map(|f| fmt(r[*f].as_f64().map(|v| v * scale)))
+                .map(|f| show(r[*f].as_f64()))
                 .collect::<Vec<_>>()
                 .join(" / ")
         };
@@ -209,7 +250,7 @@ fn drain(recs: &[Value]) -> anyhow::Result<String> {
             .iter()
             .map(|f| {
                 let v: Vec<f64> = runs.iter().filter_map(|r| r[*f].as_f64()).collect();
-                fmt(median(&v).map(|v| v * scale))
+                show(median(&v))
             })
             .collect();
         let rounds: Vec<String> = runs.iter().map(|r| each(r)).collect();
@@ -232,8 +273,8 @@ fn upgrade(recs: &[Value]) -> anyhow::Result<String> {
     writeln!(
         out,
         "\nLive upgrade (pin-proxy only): {} connections, {} of them in ping-pong (median of every upgrade, then each round's upgrades):\n",
-        fmt(first["conns"].as_f64()),
-        fmt(first["pingers"].as_f64()),
+        count(first["conns"].as_f64()),
+        count(first["pingers"].as_f64()),
     )?;
     writeln!(out, "| figure | median | each upgrade |")?;
     writeln!(out, "|---|---:|---|")?;
