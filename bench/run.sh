@@ -149,7 +149,7 @@ read -r P_IPERF P_ECHO P_CLOSE P_P2P PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE PIN_P
     echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg), niceness $(ps -o ni= -p $$ | tr -d ' ')"
     if [ -n "$THREADS" ]; then
         echo "- threads: $THREADS (\`--threads $THREADS\`): the proxies on CPUs $PROXY_CPUS only" \
-            "(pin-proxy $THREADS event loops, HAProxy nbthread $THREADS), backends and clients on" \
+            "(pin-proxy's event loops: $THREADS; HAProxy nbthread $THREADS), backends and clients on" \
             "CPUs $LOAD_CPUS; ping-pong 1 conn still all on CPU 0; results tagged threads=$THREADS"
     else
         echo "- threads: all $NCPU CPUs for everything (pin-proxy one loop per CPU, HAProxy" \

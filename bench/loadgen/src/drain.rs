@@ -232,6 +232,12 @@ fn report(
     let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
     let mut buckets: Vec<u64> = Vec::new();
     let mut per_s: Vec<u64> = Vec::new();
+    // The longest wait between two closes: a drain clock that stalled.
+    let pause = closes
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
     if let Some(first) = first {
         for &c in &closes {
             let since = c - first;
@@ -265,7 +271,8 @@ fn report(
         "drain_ms": first.zip(last).map(|(f, l)| ms(l - f)),
         "max_closes_per_100ms": buckets.iter().max().copied().unwrap_or(0),
         "planned_closes_per_100ms": (planned_per_bucket * 10.0).round() / 10.0,
-        "closes_per_s": per_s,
+        "closes_per_s": per_s, "closes_per_100ms": buckets,
+        "max_close_pause_ms": ms(pause),
         "ping_baseline_max_us": us(ping[0].max()), "ping_baseline_p99_us": us(ping[0].value_at_quantile(0.99)),
         "ping_drain_max_us": us(ping[1].max()), "ping_drain_p99_us": us(ping[1].value_at_quantile(0.99)),
         "ping_rounds": ping[0].len() + ping[1].len(),

@@ -187,7 +187,7 @@ fn drain(recs: &[Value]) -> anyhow::Result<String> {
     )?;
     writeln!(out, "| figure | median | per round |")?;
     writeln!(out, "|---|---:|---|")?;
-    let rows: [(&str, &[&str], f64); 8] = [
+    let rows: [(&str, &[&str], f64); 9] = [
         ("drain, first close to last, ms", &["drain_ms"], 1.0),
         (
             "first close after the quarantine request, ms",
@@ -197,6 +197,11 @@ fn drain(recs: &[Value]) -> anyhow::Result<String> {
         (
             "most closes in 100 ms / planned",
             &["max_closes_per_100ms", "planned_closes_per_100ms"],
+            1.0,
+        ),
+        (
+            "longest pause between two closes, ms",
+            &["max_close_pause_ms"],
             1.0,
         ),
         (
