@@ -49,18 +49,25 @@ const ADMIN_WAIT: Duration = Duration::from_secs(15);
 const BASELINE: Duration = Duration::from_secs(2);
 
 /// What to run.
+#[derive(Debug, clap::Args)]
 pub struct Params {
     /// The pin-proxy binary.
+    #[arg(long)]
     pub proxy: PathBuf,
     /// Idle clients on the drained backend.
+    #[arg(long, default_value_t = 5000)]
     pub conns: usize,
     /// Ping-pong connections on the other backend.
+    #[arg(long, default_value_t = 50)]
     pub pingers: usize,
-    /// `health.drain_spread`.
+    /// `health.drain_spread` (`500ms`, `10s`, `1m`).
+    #[arg(long, default_value = "10s", value_parser = crate::interval)]
     pub spread: Duration,
-    /// Pause between a pinger's round trips (zero: back to back).
+    /// Pause between a pinger's round trips; `0s`: back to back.
+    #[arg(long, default_value = "0s", value_parser = crate::interval)]
     pub ping_gap: Duration,
-    /// Run the proxy under `taskset -c` with these CPUs.
+    /// Run the proxy under `taskset -c CPUS`.
+    #[arg(long)]
     pub proxy_cpus: Option<String>,
 }
 

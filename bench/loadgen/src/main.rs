@@ -150,27 +150,8 @@ enum Command {
     /// 1-2 s (random sizes and gaps): round trip and one-way delay
     /// percentiles, messages, errors, CPU of proxy, client and backend.
     P2p {
-        #[arg(long)]
-        target: SocketAddr,
-        #[arg(long, default_value_t = 9000)]
-        conns: usize,
-        /// Recorded seconds.
-        #[arg(long, default_value_t = 60.0)]
-        secs: f64,
-        /// Unrecorded seconds between the ramp and the window.
-        #[arg(long, default_value_t = 2.0)]
-        warmup: f64,
-        /// Connections opened per second before the window.
-        #[arg(long, default_value_t = 1000.0)]
-        ramp: f64,
         #[command(flatten)]
-        shape: ShapeArgs,
-        /// The proxy to meter.
-        #[arg(long)]
-        pid: Option<u32>,
-        /// The backend (`p2p-server`) to meter.
-        #[arg(long)]
-        server_pid: Option<u32>,
+        p: p2p::Params,
         #[command(flatten)]
         rt: Runtime,
     },
@@ -180,7 +161,7 @@ enum Command {
         #[arg(long)]
         listen: SocketAddr,
         #[command(flatten)]
-        shape: ShapeArgs,
+        shape: p2p::Shape,
         #[command(flatten)]
         rt: Runtime,
     },
@@ -188,21 +169,8 @@ enum Command {
     /// redial), PINGERS doing ping-pong on the other: drain length, closes
     /// per 100 ms, close-to-echo gap, failed redials, pingers' stall.
     Drain {
-        #[arg(long)]
-        proxy: PathBuf,
-        #[arg(long, default_value_t = 5000)]
-        conns: usize,
-        #[arg(long, default_value_t = 50)]
-        pingers: usize,
-        /// `health.drain_spread` (`500ms`, `10s`, `1m`).
-        #[arg(long, default_value = "10s", value_parser = interval)]
-        spread: Duration,
-        /// Pause between a pinger's round trips; `0s`: back to back.
-        #[arg(long, default_value = "0s", value_parser = interval)]
-        ping_gap: Duration,
-        /// Run the proxy under `taskset -c CPUS`.
-        #[arg(long)]
-        proxy_cpus: Option<String>,
+        #[command(flatten)]
+        p: drain::Params,
         #[command(flatten)]
         rt: Runtime,
     },
@@ -245,34 +213,6 @@ struct Load {
     rt: Runtime,
 }
 
-/// Message sizes and gaps of the P2P load (each side draws its own).
-#[derive(Debug, Clone, Copy, clap::Args)]
-struct ShapeArgs {
-    /// Shortest gap between one side's messages on a connection, ms.
-    #[arg(long, default_value_t = 1000)]
-    min_gap_ms: u64,
-    /// Longest gap, ms.
-    #[arg(long, default_value_t = 2000)]
-    max_gap_ms: u64,
-    /// Smallest message, bytes (at least 11).
-    #[arg(long, default_value_t = 100)]
-    min_size: usize,
-    /// Largest message, bytes (at most 512).
-    #[arg(long, default_value_t = 300)]
-    max_size: usize,
-}
-
-impl ShapeArgs {
-    fn shape(self) -> p2p::Shape {
-        p2p::Shape {
-            min_gap: Duration::from_millis(self.min_gap_ms),
-            max_gap: Duration::from_millis(self.max_gap_ms.max(self.min_gap_ms)),
-            min_size: self.min_size,
-            max_size: self.max_size.max(self.min_size),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, clap::Args)]
 struct Runtime {
     /// Runtime threads; 1 = single-threaded (for the pinned test);
@@ -309,49 +249,9 @@ fn main() -> anyhow::Result<()> {
             };
             report(block_on(rt, upgrade::run(p))?)
         }
-        Command::P2p {
-            target,
-            conns,
-            secs: duration,
-            warmup,
-            ramp,
-            shape,
-            pid,
-            server_pid,
-            rt,
-        } => {
-            let p = p2p::Params {
-                target,
-                conns,
-                ramp,
-                warmup: secs(warmup)?,
-                duration: secs(duration)?,
-                shape: shape.shape(),
-                pid,
-                server_pid,
-            };
-            report(block_on(rt, p2p::run(p))?)
-        }
-        Command::P2pServer { listen, shape, rt } => block_on(rt, p2p::serve(listen, shape.shape())),
-        Command::Drain {
-            proxy,
-            conns,
-            pingers,
-            spread,
-            ping_gap,
-            proxy_cpus,
-            rt,
-        } => {
-            let p = drain::Params {
-                proxy,
-                conns,
-                pingers,
-                spread,
-                ping_gap,
-                proxy_cpus,
-            };
-            report(block_on(rt, drain::run(p))?)
-        }
+        Command::P2p { p, rt } => report(block_on(rt, p2p::run(p))?),
+        Command::P2pServer { listen, shape, rt } => block_on(rt, p2p::serve(listen, shape)),
+        Command::Drain { p, rt } => report(block_on(rt, drain::run(p))?),
         Command::Discovery {
             proxy,
             members,
@@ -458,7 +358,7 @@ fn secs(s: f64) -> anyhow::Result<Duration> {
 }
 
 /// `500ms`, `1s`, `2m`, or plain seconds.
-fn interval(s: &str) -> Result<Duration, String> {
+pub fn interval(s: &str) -> Result<Duration, String> {
     let (num, unit) = match s.trim() {
         t if t.ends_with("ms") => (&t[..t.len() - 2], 1e-3),
         t if t.ends_with('s') => (&t[..t.len() - 1], 1.0),

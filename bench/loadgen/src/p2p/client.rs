@@ -35,23 +35,30 @@ const GRACE: Duration = Duration::from_secs(2);
 const FD_SLACK: u64 = 64;
 
 /// One P2P run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Params {
     /// Where to connect (a proxy, or the backend directly).
+    #[arg(long)]
     pub target: SocketAddr,
     /// Connections held.
+    #[arg(long, default_value_t = 9000)]
     pub conns: usize,
     /// Connections opened per second during the ramp.
+    #[arg(long, default_value_t = 1000.0)]
     pub ramp: f64,
-    /// Unrecorded time between the ramp's end and the window.
+    /// Unrecorded time between the ramp's end and the window (`2s`).
+    #[arg(long, default_value = "2s", value_parser = crate::interval)]
     pub warmup: Duration,
-    /// Recorded time.
+    /// Recorded time (`60s`, `1m`; plain numbers are seconds).
+    #[arg(long = "secs", value_name = "SECS", default_value = "60s", value_parser = crate::interval)]
     pub duration: Duration,
-    /// Both sides' message sizes and gaps.
+    #[command(flatten)]
     pub shape: Shape,
     /// The proxy to meter (and whose open-file limit to check).
+    #[arg(long)]
     pub pid: Option<u32>,
-    /// The backend process to meter.
+    /// The backend process (`p2p-server`) to meter.
+    #[arg(long)]
     pub server_pid: Option<u32>,
 }
 

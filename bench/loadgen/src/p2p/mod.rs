@@ -15,15 +15,19 @@ pub use server::serve;
 
 /// How often and how large each side's messages are: both drawn anew for
 /// every message, uniformly between the bounds.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, clap::Args)]
 pub struct Shape {
-    /// Shortest gap between two messages of one sender on one connection.
+    /// Shortest gap between one side's messages on a connection (`1s`, `500ms`).
+    #[arg(long, default_value = "1s", value_parser = crate::interval)]
     pub min_gap: Duration,
     /// Longest gap.
+    #[arg(long, default_value = "2s", value_parser = crate::interval)]
     pub max_gap: Duration,
-    /// Smallest message, bytes.
+    /// Smallest message, bytes (at least 11).
+    #[arg(long, default_value_t = 100)]
     pub min_size: usize,
-    /// Largest message, bytes.
+    /// Largest message, bytes (at most 512).
+    #[arg(long, default_value_t = 300)]
     pub max_size: usize,
 }
 
