@@ -96,8 +96,10 @@ BENCH_BINS=()
 if [ "$MICRO" = 1 ]; then
     mapfile -t BENCH_BINS < <(cargo bench --quiet "${LG_CARGO[@]}" --bench registry --bench footprint \
         --no-run --message-format=json-render-diagnostics |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
-    # A process substitution hides cargo's exit status: check what came out.
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep -E '/(registry|footprint)-[0-9a-f]+$')
+    # A process substitution hides cargo's exit status: check what came out
+    # (only the two benches: cargo may also list the loadgen binary it built
+    # for them).
     [ ${#BENCH_BINS[@]} -eq 2 ] || log "FAILED: micro-benchmark build (see the errors above)"
 fi
 PIN="$ROOT/target/release/pin-proxy"
