@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # pin-proxy vs HAProxy vs no proxy, side by side on loopback (issue 5).
-# Usage: bench/run.sh [--quick] [--rounds N] [--nice N] [--no-micro]
+# Usage: bench/run.sh [--quick] [--rounds N] [--nice N] [--no-micro] [--scale] [--threads N]
 # Prints one Markdown table of medians across rounds with pin-proxy/HAProxy
 # ratios, the idle scaling rows and the registry micro-benchmark; keeps raw
 # outputs in bench/results/DATE/. See bench/README.md for what each figure means.
+#   --scale      also the long runs: P2P load (9,000 conns, 60 s) via both
+#                proxies and none, pin-proxy's spread drain, live upgrade at
+#                9,000 (counts: P2P_CONNS P2P_SECS P2P_RAMP DRAIN_CONNS
+#                DRAIN_PINGERS DRAIN_SPREAD UPGRADE_CONNS UPGRADE_PINGERS)
+#   --threads N  every proxy on CPUs 0..N-1 only (pin-proxy then runs N
+#                loops, HAProxy nbthread N), backends and clients on the rest
 set -euo pipefail
 
 usage() {
-    sed -n '2,6s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
-ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 NICE=
+ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 SCALE=0 NICE='' THREADS=''
 CMDLINE="bench/run.sh $*"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -18,6 +24,8 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS="${2:?--rounds needs a number}"; ROUNDS_SET=1; shift ;;
         --nice) NICE="${2:?--nice needs a niceness}"; shift ;;
         --no-micro) MICRO=0 ;;
+        --scale) SCALE=1 ;;
+        --threads) THREADS="${2:?--threads needs a number of CPUs}"; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -25,12 +33,15 @@ while [ $# -gt 0 ]; do
 done
 if [ "$QUICK" = 1 ]; then
     [ "$ROUNDS_SET" = 1 ] || ROUNDS=1
-    T=3 WARM=0.5 HOLD=1
+    T=3 WARM=0.5 HOLD=1 P2P_DEFAULT_SECS=10
 else
-    T=10 WARM=1 HOLD=2
+    T=10 WARM=1 HOLD=2 P2P_DEFAULT_SECS=60
 fi
-IDLE_COUNT=${IDLE_COUNT:-9500}
-IDLE_STEPS=1000,2500,5000,9000
+IDLE_COUNT=${IDLE_COUNT:-9900}
+IDLE_STEPS=${IDLE_STEPS:-1000,2500,5000,9000,9500}
+P2P_CONNS=${P2P_CONNS:-9000} P2P_SECS=${P2P_SECS:-$P2P_DEFAULT_SECS} P2P_RAMP=${P2P_RAMP:-1000}
+DRAIN_CONNS=${DRAIN_CONNS:-5000} DRAIN_PINGERS=${DRAIN_PINGERS:-50} DRAIN_SPREAD=${DRAIN_SPREAD:-10s}
+UPGRADE_CONNS=${UPGRADE_CONNS:-9000} UPGRADE_PINGERS=${UPGRADE_PINGERS:-64}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -85,8 +96,10 @@ BENCH_BINS=()
 if [ "$MICRO" = 1 ]; then
     mapfile -t BENCH_BINS < <(cargo bench --quiet "${LG_CARGO[@]}" --bench registry --bench footprint \
         --no-run --message-format=json-render-diagnostics |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
-    # A process substitution hides cargo's exit status: check what came out.
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep -E '/(registry|footprint)-[0-9a-f]+$')
+    # A process substitution hides cargo's exit status: check what came out
+    # (only the two benches: cargo may also list the loadgen binary it built
+    # for them).
     [ ${#BENCH_BINS[@]} -eq 2 ] || log "FAILED: micro-benchmark build (see the errors above)"
 fi
 PIN="$ROOT/target/release/pin-proxy"
@@ -103,17 +116,30 @@ ulimit -n "$(ulimit -Hn)"
 NOFILE=$(ulimit -n)
 NCPU=$(nproc)
 ALL_CPUS="0-$((NCPU - 1))"
-if [ "$NOFILE" != unlimited ] && [ $((IDLE_COUNT * 2 + 500)) -gt "$NOFILE" ]; then
-    IDLE_COUNT=$(((NOFILE - 500) / 2))
+# Where the proxies run, and where everything else does (--threads).
+ON_PROXY=() ON_LOAD=() PROXY_CPUS=$ALL_CPUS LOAD_CPUS=$ALL_CPUS PROXY_THREADS=$NCPU
+if [ -n "$THREADS" ]; then
+    if ! [ "$THREADS" -ge 1 ] 2>/dev/null || [ "$THREADS" -ge "$NCPU" ]; then
+        echo "--threads $THREADS: needs 1 to $((NCPU - 1)) (the other CPUs run the load)" >&2
+        exit 2
+    fi
+    PROXY_THREADS=$THREADS
+    PROXY_CPUS="0-$((THREADS - 1))" LOAD_CPUS="$THREADS-$((NCPU - 1))"
+    ON_PROXY=(taskset -c "$PROXY_CPUS") ON_LOAD=(taskset -c "$LOAD_CPUS")
+fi
+# Each idle connection is two descriptors in a proxy (one in the client and
+# one in the echo server); HAProxy's maxconn leaves it 200 for the rest.
+if [ "$NOFILE" != unlimited ] && [ $((IDLE_COUNT * 2 + 200)) -gt "$NOFILE" ]; then
+    IDLE_COUNT=$(((NOFILE - 200) / 2))
     log "fd limit $NOFILE: holding $IDLE_COUNT idle connections"
 fi
 HA_MAXCONN=$(((${NOFILE/unlimited/40000} - 200) / 2))
 HA_VERSION=$(haproxy -v | sed -n '1s/^HAProxy version \([0-9.]*\).*/\1/p')
 
-mapfile -t ports < <("$LG" free-ports 11)
-[ ${#ports[@]} = 11 ] || { echo "could not find 11 free ports" >&2; exit 1; }
-read -r P_IPERF P_ECHO P_CLOSE PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE \
-    HA_IPERF HA_ECHO HA_CLOSE HA_IDLE <<<"${ports[*]}"
+mapfile -t ports < <("$LG" free-ports 14)
+[ ${#ports[@]} = 14 ] || { echo "could not find 14 free ports" >&2; exit 1; }
+read -r P_IPERF P_ECHO P_CLOSE P_P2P PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE PIN_P2P \
+    HA_IPERF HA_ECHO HA_CLOSE HA_IDLE HA_P2P <<<"${ports[*]}"
 
 {
     echo "# bench run $STAMP"
@@ -123,6 +149,19 @@ read -r P_IPERF P_ECHO P_CLOSE PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE \
     echo "- machine: $NCPU CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), kernel $(uname -r)"
     echo "- HAProxy $HA_VERSION, $(iperf3 --version | head -1), fd limit $NOFILE"
     echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg), niceness $(ps -o ni= -p $$ | tr -d ' ')"
+    if [ -n "$THREADS" ]; then
+        echo "- threads: $THREADS (\`--threads $THREADS\`): the proxies on CPUs $PROXY_CPUS only" \
+            "(pin-proxy's event loops: $THREADS; HAProxy nbthread $THREADS), backends and clients on" \
+            "CPUs $LOAD_CPUS; ping-pong 1 conn still all on CPU 0; results tagged threads=$THREADS"
+    else
+        echo "- threads: all $NCPU CPUs for everything (pin-proxy one loop per CPU, HAProxy" \
+            "nbthread $NCPU); results tagged threads=all"
+    fi
+    if [ "$SCALE" = 1 ]; then
+        echo "- scale: P2P $P2P_CONNS conns for ${P2P_SECS}s (ramp $P2P_RAMP/s), drain $DRAIN_CONNS conns" \
+            "over $DRAIN_SPREAD with $DRAIN_PINGERS pingers, upgrade at $UPGRADE_CONNS conns" \
+            "($UPGRADE_PINGERS pingers)"
+    fi
 } >"$OUT/meta.md"
 
 # ---- processes --------------------------------------------------------------
@@ -182,7 +221,7 @@ haproxy_config() { # FILE then NAME:LISTEN_PORT:BACKEND_PORT...
     local file=$1
     shift
     {
-        printf 'global\n    nbthread %s\n    maxconn %s\n' "$NCPU" "$HA_MAXCONN"
+        printf 'global\n    nbthread %s\n    maxconn %s\n' "$PROXY_THREADS" "$HA_MAXCONN"
         printf 'defaults\n    mode tcp\n    maxconn %s\n' "$HA_MAXCONN"
         printf '    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n'
         for pool in "$@"; do
@@ -195,24 +234,30 @@ haproxy_config() { # FILE then NAME:LISTEN_PORT:BACKEND_PORT...
 }
 
 log "starting backends"
-start iperf3-server iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
-start echo-server "$LG" echo-server --listen "127.0.0.1:$P_ECHO"
+start iperf3-server "${ON_LOAD[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
+start echo-server "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_ECHO"
 ECHO_PID=$LAST_PID
-start echo-close-first "$LG" echo-server --listen "127.0.0.1:$P_CLOSE" --close-first 64
-for p in "$P_IPERF" "$P_ECHO" "$P_CLOSE"; do wait_listen "$p"; done
+start echo-close-first "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_CLOSE" --close-first 64
+start p2p-server "${ON_LOAD[@]}" "$LG" p2p-server --listen "127.0.0.1:$P_P2P"
+P2P_PID=$LAST_PID
+for p in "$P_IPERF" "$P_ECHO" "$P_CLOSE" "$P_P2P"; do wait_listen "$p"; done
 
-pin_config "$TMP/pin.yaml" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE"
+pin_config "$TMP/pin.yaml" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE" \
+    "p2p:$PIN_P2P:$P_P2P"
 pin_config "$TMP/pin-idle.yaml" "idle:$PIN_IDLE:$P_ECHO"
-haproxy_config "$TMP/haproxy.cfg" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE"
+haproxy_config "$TMP/haproxy.cfg" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE" \
+    "p2p:$HA_P2P:$P_P2P"
 haproxy_config "$TMP/haproxy-idle.cfg" "idle:$HA_IDLE:$P_ECHO"
 cp "$TMP"/pin*.yaml "$TMP"/haproxy*.cfg "$OUT/"
 
 log "starting pin-proxy and HAProxy"
-start pin-proxy "$PIN" run -c "$TMP/pin.yaml"
+start pin-proxy "${ON_PROXY[@]}" "$PIN" run -c "$TMP/pin.yaml"
 declare -A PID_OF=([direct]="" [pin-proxy]=$LAST_PID)
-start haproxy haproxy -db -f "$TMP/haproxy.cfg"
+start haproxy "${ON_PROXY[@]}" haproxy -db -f "$TMP/haproxy.cfg"
 PID_OF[haproxy]=$LAST_PID
-for p in "$PIN_IPERF" "$PIN_ECHO" "$PIN_CLOSE" "$HA_IPERF" "$HA_ECHO" "$HA_CLOSE"; do wait_listen "$p"; done
+for p in "$PIN_IPERF" "$PIN_ECHO" "$PIN_CLOSE" "$PIN_P2P" "$HA_IPERF" "$HA_ECHO" "$HA_CLOSE" "$HA_P2P"; do
+    wait_listen "$p"
+done
 sleep 1 # pin-proxy's start-up probes reach iperf3 first; let them pass
 for t in pin-proxy haproxy; do
     echo "- $t open-file limit in effect: $(awk '/^Max open files/ { print $4 " soft, " $5 " hard" }' "/proc/${PID_OF[$t]}/limits")"
@@ -222,40 +267,52 @@ declare -A ADDR=(
     [direct,iperf]=127.0.0.1:$P_IPERF [direct,echo]=127.0.0.1:$P_ECHO [direct,close]=127.0.0.1:$P_CLOSE
     [pin-proxy,iperf]=127.0.0.1:$PIN_IPERF [pin-proxy,echo]=127.0.0.1:$PIN_ECHO [pin-proxy,close]=127.0.0.1:$PIN_CLOSE
     [haproxy,iperf]=127.0.0.1:$HA_IPERF [haproxy,echo]=127.0.0.1:$HA_ECHO [haproxy,close]=127.0.0.1:$HA_CLOSE
+    [direct,p2p]=127.0.0.1:$P_P2P [pin-proxy,p2p]=127.0.0.1:$PIN_P2P [haproxy,p2p]=127.0.0.1:$HA_P2P
 )
+THREADS_TAG=${THREADS:-all}
 
-# Move the echo server and the proxy (every thread) onto CPUS.
-pin_cpus() { # CPUS TARGET
+# Move the echo server onto ECHO_CPUS and the proxy (every thread) onto PROXY_CPUS.
+pin_cpus() { # ECHO_CPUS PROXY_CPUS TARGET
     taskset -a -cp "$1" "$ECHO_PID" >/dev/null
-    [ -z "${PID_OF[$2]}" ] || taskset -a -cp "$1" "${PID_OF[$2]}" >/dev/null
+    [ -z "${PID_OF[$3]}" ] || taskset -a -cp "$2" "${PID_OF[$3]}" >/dev/null
 }
 
 # One measurement: ROUND TARGET CASE; appends a JSON line to results.jsonl.
 run_case() {
     local r=$1 t=$2 c=$3
-    local tags=(--tag "round=$r" --tag "target=$t" --tag "case=$c")
+    local tags=(--tag "round=$r" --tag "target=$t" --tag "case=$c" --tag "threads=$THREADS_TAG")
     local pid=()
     [ -z "${PID_OF[$t]}" ] || pid=(--pid "${PID_OF[$t]}")
     local load=(--duration "$T" --warmup "$WARM" "${pid[@]}")
+    local lg=("${ON_LOAD[@]}" "$LG" "${tags[@]}")
     log "round $r: $c via $t"
     case "$c" in
         iperf1 | iperf8)
-            "$LG" "${tags[@]}" iperf --target "${ADDR[$t,iperf]}" --streams "${c#iperf}" \
+            "${lg[@]}" iperf --target "${ADDR[$t,iperf]}" --streams "${c#iperf}" \
                 --time "$T" "${pid[@]}" --raw "$OUT/raw/r$r-$t-$c.json"
             ;;
         pp1)
-            pin_cpus 0 "$t"
+            # By design on one CPU whatever --threads says: client, proxy, backend.
+            pin_cpus 0 0 "$t"
             local rc=0
             taskset -c 0 "$LG" "${tags[@]}" pingpong --target "${ADDR[$t,echo]}" --conns 1 \
                 --size 64 --threads 1 "${load[@]}" || rc=$?
-            pin_cpus "$ALL_CPUS" "$t"
+            pin_cpus "$LOAD_CPUS" "$PROXY_CPUS" "$t"
             return "$rc"
             ;;
         pp64)
-            "$LG" "${tags[@]}" pingpong --target "${ADDR[$t,echo]}" --conns 64 --size 64 "${load[@]}"
+            "${lg[@]}" pingpong --target "${ADDR[$t,echo]}" --conns 64 --size 64 "${load[@]}"
             ;;
         churn)
-            "$LG" "${tags[@]}" churn --target "${ADDR[$t,close]}" --concurrency 32 --size 64 "${load[@]}"
+            "${lg[@]}" churn --target "${ADDR[$t,close]}" --concurrency 32 --size 64 "${load[@]}"
+            ;;
+        churn_cf)
+            "${lg[@]}" churn --target "${ADDR[$t,echo]}" --concurrency 32 --size 64 \
+                --client-closes "${load[@]}"
+            ;;
+        p2p)
+            "${lg[@]}" p2p --target "${ADDR[$t,p2p]}" --conns "$P2P_CONNS" --secs "$P2P_SECS" \
+                --ramp "$P2P_RAMP" --server-pid "$P2P_PID" "${pid[@]}"
             ;;
     esac
 }
@@ -267,19 +324,40 @@ run_idle() {
     log "round $r: $IDLE_COUNT idle connections via $t"
     if [ "$t" = pin-proxy ]; then
         port=$PIN_IDLE
-        start "pin-proxy-idle-r$r" "$PIN" run -c "$TMP/pin-idle.yaml"
+        start "pin-proxy-idle-r$r" "${ON_PROXY[@]}" "$PIN" run -c "$TMP/pin-idle.yaml"
     else
         port=$HA_IDLE
-        start "haproxy-idle-r$r" haproxy -db -f "$TMP/haproxy-idle.cfg"
+        start "haproxy-idle-r$r" "${ON_PROXY[@]}" haproxy -db -f "$TMP/haproxy-idle.cfg"
     fi
     pid=$LAST_PID
     wait_listen "$port"
     sleep 1
     local rc=0
-    "$LG" --tag "round=$r" --tag "target=$t" --tag case=idle idle --target "127.0.0.1:$port" \
-        --count "$IDLE_COUNT" --steps "$IDLE_STEPS" --pid "$pid" --hold "$HOLD" || rc=$?
+    "${ON_LOAD[@]}" "$LG" --tag "round=$r" --tag "target=$t" --tag case=idle --tag "threads=$THREADS_TAG" \
+        idle --target "127.0.0.1:$port" --count "$IDLE_COUNT" --steps "$IDLE_STEPS" --pid "$pid" \
+        --hold "$HOLD" || rc=$?
     stop "$pid"
     return "$rc"
+}
+
+# pin-proxy only, each on an instance of its own that loadgen starts (HAProxy
+# has no drain, and no live upgrade that keeps connections): ROUND CASE.
+run_own() {
+    local r=$1 c=$2
+    local tags=(--tag "round=$r" --tag target=pin-proxy --tag "case=$c" --tag "threads=$THREADS_TAG")
+    local cpus=()
+    [ -z "$THREADS" ] || cpus=(--proxy-cpus "$PROXY_CPUS")
+    log "round $r: $c via pin-proxy"
+    case "$c" in
+        drain)
+            "${ON_LOAD[@]}" "$LG" "${tags[@]}" drain --proxy "$PIN" --conns "$DRAIN_CONNS" \
+                --pingers "$DRAIN_PINGERS" --spread "$DRAIN_SPREAD" "${cpus[@]}"
+            ;;
+        upgrade)
+            "${ON_LOAD[@]}" "$LG" "${tags[@]}" upgrade --proxy "$PIN" --conns "$UPGRADE_CONNS" \
+                --pingers "$UPGRADE_PINGERS" --upgrades 3 "${cpus[@]}"
+            ;;
+    esac
 }
 
 # ---- rounds -----------------------------------------------------------------
@@ -287,7 +365,7 @@ T_MEASURE=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
     # Interleaved, and the proxies' order alternates from round to round.
     if [ $((r % 2)) = 1 ]; then order=(direct pin-proxy haproxy); else order=(direct haproxy pin-proxy); fi
-    for c in iperf1 iperf8 pp1 pp64 churn; do
+    for c in iperf1 iperf8 pp1 pp64 churn churn_cf; do
         for t in "${order[@]}"; do
             run_case "$r" "$t" "$c" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
                 log "FAILED: round $r $c via $t (see $OUT/loadgen.log)"
@@ -296,6 +374,15 @@ for r in $(seq 1 "$ROUNDS"); do
     for t in "${order[@]:1}"; do
         run_idle "$r" "$t" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
             log "FAILED: round $r idle via $t (see $OUT/loadgen.log)"
+    done
+    [ "$SCALE" = 1 ] || continue
+    for t in "${order[@]}"; do
+        run_case "$r" "$t" p2p >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
+            log "FAILED: round $r p2p via $t (see $OUT/loadgen.log)"
+    done
+    for c in drain upgrade; do
+        run_own "$r" "$c" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
+            log "FAILED: round $r $c via pin-proxy (see $OUT/loadgen.log)"
     done
 done
 T_MEASURED=$(date +%s)

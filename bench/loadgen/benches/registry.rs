@@ -7,7 +7,11 @@
 //! - `select::pick` alone (pure, over the candidates);
 //! - `Pool::rebalance_plan` on a balanced pool (plans from the live registry and
 //!   returns without connecting, as every tick of a balanced pool does);
-//! - `rebalance::plan` alone (pure, over the loads).
+//! - `rebalance::plan` alone (pure, over the loads);
+//! - `Pool::status` and its JSON (what `GET /status` builds per pool: an
+//!   overview that counts each backend's connections without listing them);
+//! - `Pool::snapshot` (every connection copied out, for the state file and
+//!   the demo): O(connections) by design, so it is timed too.
 //!
 //! Run: `cargo bench --manifest-path bench/loadgen/Cargo.toml --bench registry`
 //! (add `-- --quick` for shorter timings).
@@ -40,20 +44,22 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let budget = Duration::from_millis(if quick { 50 } else { 300 });
     println!(
-        "| backends | registered conns | reserve + release, ns | select::pick, ns | Pool::rebalance_plan (balanced), ns | rebalance::plan, ns |"
+        "| backends | registered conns | reserve + release, ns | select::pick, ns | Pool::rebalance_plan (balanced), ns | rebalance::plan, ns | /status (Pool::status + JSON), ns | Pool::snapshot (every conn), ns |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     // Warm caches and the allocator first; the first case reads high otherwise.
     measure(4, 10, budget);
     for (backends, conns) in CASES {
-        let [reserve, pick, tick, plan] = measure(backends, conns, budget);
-        println!("| {backends} | {conns} | {reserve:.0} | {pick:.0} | {tick:.0} | {plan:.0} |");
+        let [reserve, pick, tick, plan, status, snapshot] = measure(backends, conns, budget);
+        println!(
+            "| {backends} | {conns} | {reserve:.0} | {pick:.0} | {tick:.0} | {plan:.0} | {status:.0} | {snapshot:.0} |"
+        );
     }
 }
 
-/// ns per call of reserve + release, pick, tick and plan with `conns`
-/// connections registered on `backends` backends.
-fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 4] {
+/// ns per call of reserve + release, pick, tick, plan, status and snapshot
+/// with `conns` connections registered on `backends` backends.
+fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 6] {
     let token = CancellationToken::new();
     let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
     let entry = ConnEntry {
@@ -83,8 +89,15 @@ fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 4] {
     let plan = time_per_op(budget, || {
         black_box(rebalance::plan(black_box(&loads), 2));
     });
+    let status = time_per_op(budget, || {
+        let json = serde_json::to_vec(&pool.status()).expect("status serializes");
+        black_box(json);
+    });
+    let snapshot = time_per_op(budget, || {
+        black_box(pool.snapshot());
+    });
     drop(held);
-    [reserve, pick, tick, plan]
+    [reserve, pick, tick, plan, status, snapshot]
 }
 
 /// Call `op` in growing batches until `budget` is spent; ns per call.

@@ -1,7 +1,8 @@
 //! Connection churn: `concurrency` loops, each connecting, sending one
-//! request, reading its echo and then the backend's close (the echo server
-//! runs with `--close-first`); reports connections/s and the proxy's CPU
-//! per connection.
+//! request, reading its echo and then either the backend's close (the echo
+//! server runs with `--close-first`) or, with `client_closes`, closing at
+//! once (a plain echo server); reports connections/s, the latency from
+//! connect to close, and the proxy's CPU per connection.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,6 +32,8 @@ pub struct Params {
     pub concurrency: usize,
     /// Request size in bytes.
     pub size: usize,
+    /// Close after the echo instead of waiting for the backend's close.
+    pub client_closes: bool,
     /// Unrecorded warm-up.
     pub warmup: Duration,
     /// Measured time.
@@ -53,7 +56,7 @@ struct LoopResult {
 pub async fn run(p: Params) -> anyhow::Result<Value> {
     let win = Window::new(p.warmup, p.duration);
     let tasks: Vec<_> = (0..p.concurrency)
-        .map(|_| tokio::spawn(churn_loop(p.target, p.size, win, p.max_conns)))
+        .map(|_| tokio::spawn(churn_loop(p.clone(), win)))
         .collect();
     let cpu = win.meter(p.pid).await?;
     let mut hist = window::histogram();
@@ -68,6 +71,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let conns = hist.len();
     let mut out = json!({
         "test": "churn", "target": p.target.to_string(), "concurrency": p.concurrency,
+        "closes_first": if p.client_closes { "client" } else { "backend" },
         "secs": win.secs(), "conns": conns,
         "conn_per_s": (conns as f64 / win.secs()).round(),
         "errors": errors.values().sum::<u64>(), "error_kinds": errors,
@@ -82,18 +86,18 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     Ok(out)
 }
 
-async fn churn_loop(target: SocketAddr, size: usize, win: Window, max: u64) -> LoopResult {
+async fn churn_loop(p: Params, win: Window) -> LoopResult {
     let mut r = LoopResult {
         hist: window::histogram(),
         errors: BTreeMap::new(),
     };
-    let req: Vec<u8> = (0..size).map(|i| i as u8).collect();
-    for _ in 0..max {
+    let req: Vec<u8> = (0..p.size).map(|i| i as u8).collect();
+    for _ in 0..p.max_conns {
         let t0 = Instant::now();
         if t0 >= win.end {
             break;
         }
-        match timeout(CONN_TIMEOUT, one(target, &req)).await {
+        match timeout(CONN_TIMEOUT, one(p.target, &req, p.client_closes)).await {
             Ok(Ok(())) => {
                 let t1 = Instant::now();
                 if win.records(t1) {
@@ -115,8 +119,8 @@ async fn churn_loop(target: SocketAddr, size: usize, win: Window, max: u64) -> L
     r
 }
 
-/// Connect, send, read the echo, then expect the backend's close.
-async fn one(target: SocketAddr, req: &[u8]) -> anyhow::Result<()> {
+/// Connect, send, read the echo, then close or expect the backend's close.
+async fn one(target: SocketAddr, req: &[u8], client_closes: bool) -> anyhow::Result<()> {
     let mut s = TcpStream::connect(target).await.context("connect")?;
     s.set_nodelay(true)?;
     s.write_all(req).await.context("send")?;
@@ -124,6 +128,10 @@ async fn one(target: SocketAddr, req: &[u8]) -> anyhow::Result<()> {
     s.read_exact(&mut echo).await.context("receive echo")?;
     if echo != req {
         bail!("echo differs from request");
+    }
+    if client_closes {
+        // Dropping the stream closes it: our FIN goes first.
+        return Ok(());
     }
     let mut rest = [0u8; 1];
     if s.read(&mut rest).await.context("await close")? != 0 {

@@ -1,6 +1,7 @@
 //! Idle connections: open them through the proxy in steps, verify each with
 //! one echo round trip, hold them, and read the proxy's RSS and CPU at every
-//! step; at the end check every held connection still echoes, then close.
+//! step, and how fast the step's connections opened; at the end check every
+//! held connection still echoes, then close.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 
 use crate::procfs::{self, CpuMeter};
 use crate::window;
@@ -55,6 +56,10 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let mut rows = Vec::new();
     for &n in &steps {
         let mut set = JoinSet::new();
+        let (ramp_start, held_before) = (Instant::now(), held.len());
+        // The rate counts up to the last connection that opened: one that
+        // waits out its timeout (a proxy at its limit) is counted as failed.
+        let mut last_open = ramp_start;
         let mut next = held.len() + failed as usize;
         while next < n || !set.is_empty() {
             while next < n && set.len() < p.parallel {
@@ -62,7 +67,10 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
                 next += 1;
             }
             match set.join_next().await {
-                Some(Ok(Ok(s))) => held.push(s),
+                Some(Ok(Ok(s))) => {
+                    held.push(s);
+                    last_open = Instant::now();
+                }
                 Some(Ok(Err(e))) => {
                     failed += 1;
                     first_error.get_or_insert_with(|| format!("{e:#}"));
@@ -71,6 +79,8 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
                 None => break,
             }
         }
+        let ramp_s = (last_open - ramp_start).as_secs_f64();
+        let opened = held.len() - held_before;
         tokio::time::sleep(SETTLE).await;
         let rss = procfs::rss_kib(p.pid)?;
         let setup_cpu = setup.stop()?.unwrap_or(0.0);
@@ -84,6 +94,8 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
             "setup_cpu_s": setup_cpu,
             "setup_cpu_us_per_conn": window::per(setup_cpu * 1e6, held.len() as u64),
             "idle_cpu_pct": (idle_cpu / p.hold.as_secs_f64() * 1000.0).round() / 10.0,
+            "ramp_conn_per_s": (opened as f64 / ramp_s.max(1e-9)).round(),
+            "failed_to_open": failed,
         });
         eprintln!("idle: {row}");
         rows.push(row);
@@ -101,7 +113,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
 }
 
 /// Connect and check one echo round trip carrying the connection's number.
-async fn open(target: SocketAddr, n: u32) -> anyhow::Result<TcpStream> {
+pub async fn open(target: SocketAddr, n: u32) -> anyhow::Result<TcpStream> {
     timeout(OPEN_TIMEOUT, async {
         let mut s = TcpStream::connect(target).await.context("connect")?;
         s.set_nodelay(true)?;

@@ -8,11 +8,14 @@ mod child;
 mod churn;
 mod discovery;
 mod dnsmasq;
+mod drain;
 mod echo;
 mod idle;
 mod iperf;
+mod p2p;
 mod pingpong;
 mod procfs;
+mod proxy;
 mod table;
 mod upgrade;
 mod window;
@@ -61,7 +64,8 @@ enum Command {
         #[arg(long, default_value_t = 100_000_000)]
         max_requests: u64,
     },
-    /// Connect, send, read the echo, let the backend close: conn/s.
+    /// Connect, send, read the echo, let the backend close (or close
+    /// first with --client-closes, against a plain echo server): conn/s.
     Churn {
         #[command(flatten)]
         load: Load,
@@ -69,6 +73,9 @@ enum Command {
         concurrency: usize,
         #[arg(long, default_value_t = 64)]
         size: usize,
+        /// Close right after the echo instead of waiting for the backend's close.
+        #[arg(long)]
+        client_closes: bool,
         /// Upper bound on connections per concurrent loop.
         #[arg(long, default_value_t = 10_000_000)]
         max_conns: u64,
@@ -133,6 +140,37 @@ enum Command {
         pingers: usize,
         #[arg(long, default_value_t = 3)]
         upgrades: usize,
+        /// Run the proxy under `taskset -c CPUS`.
+        #[arg(long)]
+        proxy_cpus: Option<String>,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// P2P-shaped load: CONNS connections, stamped messages both ways every
+    /// 1-2 s (random sizes and gaps): round trip and one-way delay
+    /// percentiles, messages, errors, CPU of proxy, client and backend.
+    P2p {
+        #[command(flatten)]
+        p: p2p::Params,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// The P2P load's backend: a hello, pings echoed, its own stamped
+    /// announcements to every client.
+    P2pServer {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[command(flatten)]
+        shape: p2p::Shape,
+        #[command(flatten)]
+        rt: Runtime,
+    },
+    /// Spread drain of PROXY's backend holding CONNS idle clients (they
+    /// redial), PINGERS doing ping-pong on the other: drain length, closes
+    /// per 100 ms, close-to-echo gap, failed redials, pingers' stall.
+    Drain {
+        #[command(flatten)]
+        p: drain::Params,
         #[command(flatten)]
         rt: Runtime,
     },
@@ -199,6 +237,7 @@ fn main() -> anyhow::Result<()> {
             conns,
             pingers,
             upgrades,
+            proxy_cpus,
             rt,
         } => {
             let p = upgrade::Params {
@@ -206,9 +245,13 @@ fn main() -> anyhow::Result<()> {
                 conns,
                 pingers,
                 upgrades,
+                proxy_cpus,
             };
             report(block_on(rt, upgrade::run(p))?)
         }
+        Command::P2p { p, rt } => report(block_on(rt, p2p::run(p))?),
+        Command::P2pServer { listen, shape, rt } => block_on(rt, p2p::serve(listen, shape)),
+        Command::Drain { p, rt } => report(block_on(rt, drain::run(p))?),
         Command::Discovery {
             proxy,
             members,
@@ -247,12 +290,14 @@ fn main() -> anyhow::Result<()> {
             load,
             concurrency,
             size,
+            client_closes,
             max_conns,
         } => {
             let p = churn::Params {
                 target: load.target,
                 concurrency,
                 size,
+                client_closes,
                 warmup: secs(load.warmup)?,
                 duration: secs(load.duration)?,
                 max_conns,
@@ -313,7 +358,7 @@ fn secs(s: f64) -> anyhow::Result<Duration> {
 }
 
 /// `500ms`, `1s`, `2m`, or plain seconds.
-fn interval(s: &str) -> Result<Duration, String> {
+pub fn interval(s: &str) -> Result<Duration, String> {
     let (num, unit) = match s.trim() {
         t if t.ends_with("ms") => (&t[..t.len() - 2], 1e-3),
         t if t.ends_with('s') => (&t[..t.len() - 1], 1.0),

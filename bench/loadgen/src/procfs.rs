@@ -1,7 +1,7 @@
 //! What the benchmark reads about the proxy from /proc: CPU time
 //! (utime + stime of every thread, `/proc/PID/stat`; nanoseconds on a CPU,
-//! `/proc/PID/task/*/schedstat`) and resident memory (`VmRSS`,
-//! `/proc/PID/status`).
+//! `/proc/PID/task/*/schedstat`), resident memory (`VmRSS`,
+//! `/proc/PID/status`) and the open-file limit (`/proc/PID/limits`).
 
 use anyhow::{Context, bail};
 
@@ -75,6 +75,42 @@ pub fn on_cpu_ns(pid: u32) -> anyhow::Result<u64> {
     Ok(total)
 }
 
+/// The soft open-file limit of a process (`Max open files` in
+/// `/proc/PID/limits`); `None` when unlimited.
+///
+/// # Errors
+/// When the process is gone or the line does not parse.
+pub fn open_files_limit(pid: u32) -> anyhow::Result<Option<u64>> {
+    let path = format!("/proc/{pid}/limits");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let soft = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .with_context(|| format!("{path}: no Max open files line"))?;
+    if soft == "unlimited" {
+        return Ok(None);
+    }
+    soft.parse()
+        .map(Some)
+        .with_context(|| format!("{path}: Max open files {soft:?}"))
+}
+
+/// An error saying what to change unless `pid` (called `who`) may open
+/// `need` files; `flag` is the option that sets the count.
+///
+/// # Errors
+/// The limit is lower, or cannot be read.
+pub fn need_open_files(pid: u32, need: u64, who: &str, flag: &str) -> anyhow::Result<()> {
+    match open_files_limit(pid)? {
+        Some(limit) if limit < need => bail!(
+            "{who} (pid {pid}) may open {limit} files and needs {need} for these \
+             connections: raise its limit (ulimit -n, at most the hard limit) or lower {flag}"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The load averages over 1, 5 and 15 minutes (`/proc/loadavg`).
 ///
 /// # Errors
@@ -134,5 +170,7 @@ mod tests {
         assert!(cpu_seconds(me).unwrap() >= 0.0);
         assert!(rss_kib(me).unwrap() > 0);
         assert!(on_cpu_ns(me).unwrap() > 0);
+        assert!(open_files_limit(me).is_ok());
+        assert!(need_open_files(me, 1 << 40, "me", "--n").is_err());
     }
 }

@@ -1,7 +1,10 @@
 //! The summary run.sh prints: one Markdown table of medians across rounds
 //! with pin-proxy / HAProxy ratios and a verdict per target, then the idle
-//! scaling rows. Input: the JSON lines of one run, each tagged with
-//! `round`, `target` (`direct`, `pin-proxy`, `haproxy`) and `case`.
+//! scaling rows, then the `--scale` runs ([`scale`]) where there are any.
+//! Input: the JSON lines of one run, each tagged with `round`, `target`
+//! (`direct`, `pin-proxy`, `haproxy`) and `case`.
+
+mod scale;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -38,6 +41,11 @@ const fn m(case: &'static str, field: &'static str, better: Better, target: f64)
         better,
         target,
     }
+}
+
+/// A figure with no target: shown and compared, never judged.
+const fn info(case: &'static str, field: &'static str, better: Better) -> Metric {
+    m(case, field, better, f64::NAN)
 }
 
 use Better::{Higher, Lower};
@@ -96,6 +104,28 @@ const ROWS: &[(&str, &[Metric])] = &[
         &[m("churn", "cpu_us_per_conn", Lower, 1.0)],
     ),
     (
+        "connect to close (same): p50 / p99 µs",
+        &[
+            info("churn", "p50_us", Lower),
+            info("churn", "p99_us", Lower),
+        ],
+    ),
+    (
+        "connect+echo+close, 32 concurrent, client closes first: conn/s",
+        &[info("churn_cf", "conn_per_s", Higher)],
+    ),
+    (
+        "proxy CPU µs per connection (same)",
+        &[info("churn_cf", "cpu_us_per_conn", Lower)],
+    ),
+    (
+        "connect to close (same): p50 / p99 µs",
+        &[
+            info("churn_cf", "p50_us", Lower),
+            info("churn_cf", "p99_us", Lower),
+        ],
+    ),
+    (
         "RSS per idle connection (at the held count), KiB",
         &[m("idle", "kib_per_conn", Lower, 0.5)],
     ),
@@ -146,7 +176,11 @@ pub fn render(results: &Path, haproxy_label: &str) -> anyhow::Result<String> {
             ratios.push(ratio.map_or("–".into(), |r| format!("{r:.2}")));
             rounds.push(per_round(&recs, mt).join(" "));
             let sign = if mt.better == Higher { "≥" } else { "≤" };
-            targets.push(format!("{sign} {:.1}×", mt.target));
+            targets.push(if mt.target.is_nan() {
+                "–".to_owned()
+            } else {
+                format!("{sign} {:.1}×", mt.target)
+            });
             verdicts.push(verdict(ratio, mt));
         }
         writeln!(
@@ -162,6 +196,7 @@ pub fn render(results: &Path, haproxy_label: &str) -> anyhow::Result<String> {
     }
     out.push('\n');
     out.push_str(&scaling(&recs)?);
+    out.push_str(&scale::render(&recs)?);
     Ok(out)
 }
 
@@ -194,6 +229,9 @@ fn per_round(recs: &[Value], mt: &Metric) -> Vec<String> {
 }
 
 fn verdict(ratio: Option<f64>, mt: &Metric) -> &'static str {
+    if mt.target.is_nan() {
+        return "–";
+    }
     let Some(r) = ratio else { return "no data" };
     let band = if mt.target == 1.0 { TIE } else { 0.0 };
     let (met, tie) = match mt.better {
@@ -228,9 +266,9 @@ fn scaling(recs: &[Value]) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "| idle conns held | pin-proxy RSS Δ MiB (KiB/conn) | HAProxy RSS Δ MiB (KiB/conn) | pin-proxy CPU to open, µs/conn | HAProxy CPU to open, µs/conn | pin-proxy CPU while idle, % | HAProxy CPU while idle, % |"
+        "| idle conns held | pin-proxy RSS Δ MiB (KiB/conn) | HAProxy RSS Δ MiB (KiB/conn) | pin-proxy CPU to open, µs/conn | HAProxy CPU to open, µs/conn | pin-proxy CPU while idle, % | HAProxy CPU while idle, % | pin-proxy ramp, conn/s | HAProxy ramp, conn/s |"
     )?;
-    writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     for i in 0..n {
         let mib = |runs: &[Vec<Value>]| {
             format!(
@@ -239,16 +277,22 @@ fn scaling(recs: &[Value]) -> anyhow::Result<String> {
                 fmt(at(runs, i, "kib_per_conn"))
             )
         };
+        // The proxies may hold different counts at the last step.
+        let held = match (at(&pin, i, "held"), at(&ha, i, "held")) {
+            (Some(p), Some(h)) if p != h => format!("{} / {}", fmt(Some(p)), fmt(Some(h))),
+            (p, h) => fmt(p.or(h)),
+        };
         writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            fmt(at(&pin, i, "held").or(at(&ha, i, "held"))),
+            "| {held} | {} | {} | {} | {} | {} | {} | {} | {} |",
             mib(&pin),
             mib(&ha),
             fmt(at(&pin, i, "setup_cpu_us_per_conn")),
             fmt(at(&ha, i, "setup_cpu_us_per_conn")),
             fmt(at(&pin, i, "idle_cpu_pct")),
             fmt(at(&ha, i, "idle_cpu_pct")),
+            fmt(at(&pin, i, "ramp_conn_per_s")),
+            fmt(at(&ha, i, "ramp_conn_per_s")),
         )?;
     }
     Ok(out)

@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use tokio::net::TcpStream;
 
 use crate::admin::{self, free_port};
 use crate::procfs;
+use crate::proxy::Proxy;
 
 /// What to run.
 pub struct Params {
@@ -27,9 +27,14 @@ pub struct Params {
     pub conns: usize,
     pub pingers: usize,
     pub upgrades: usize,
+    /// Run the proxy under `taskset -c` with these CPUs.
+    pub proxy_cpus: Option<String>,
 }
 
 pub async fn run(p: Params) -> anyhow::Result<Value> {
+    // Each connection is a client socket and the backend's, both here.
+    let need = 2 * p.conns as u64 + 64;
+    procfs::need_open_files(std::process::id(), need, "loadgen upgrade", "--conns")?;
     let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let backend = echo.local_addr()?;
     tokio::spawn(async move {
@@ -37,35 +42,25 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
             tokio::spawn(crate::echo::echo_plain(s));
         }
     });
-    let dir = std::env::temp_dir().join(format!("loadgen-upgrade-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
     let (admin, listen) = (free_port()?, free_port()?);
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "admin: {{ listen: \"{admin}\" }}\nlog: {{ level: info, format: json }}\n\
-             pools:\n  - name: p\n    listen: \"{listen}\"\n    max_connections: 100000\n    \
-             rebalance: {{ interval: 0s }}\n    health: {{ probe: connect, interval: 1h }}\n    \
-             backends: [\"{backend}\"]\n"
-        ),
-    )?;
-    let log = dir.join("log.jsonl");
-    let mut proxy = Proxy::start(&p.proxy, &config, &log)?;
-    let result = measure(&p, admin, listen, &log, proxy.pid).await;
-    proxy.stop(&log);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    let config = format!(
+        "admin: {{ listen: \"{admin}\" }}\nlog: {{ level: info, format: json }}\n\
+         pools:\n  - name: p\n    listen: \"{listen}\"\n    max_connections: 100000\n    \
+         rebalance: {{ interval: 0s }}\n    health: {{ probe: connect, interval: 1h }}\n    \
+         backends: [\"{backend}\"]\n"
+    );
+    let mut proxy = Proxy::start(&p.proxy, &config, "upgrade", p.proxy_cpus.as_deref())?;
+    measure(&p, admin, listen, &mut proxy).await
 }
 
 async fn measure(
     p: &Params,
     admin: SocketAddr,
     listen: SocketAddr,
-    log: &std::path::Path,
-    first: u32,
+    proxy: &mut Proxy,
 ) -> anyhow::Result<Value> {
-    wait_for(log, "ready", 1, Duration::from_secs(30)).await?;
+    let first = proxy.pid;
+    proxy.wait_for("ready", 1, Duration::from_secs(30)).await?;
     let idle = p.conns.saturating_sub(p.pingers);
     let mut held = Vec::with_capacity(idle);
     for _ in 0..idle {
@@ -108,9 +103,10 @@ async fn measure(
         // Pingers that were stalled finish their round now.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let stall_us = worst_us.swap(0, Ordering::Relaxed);
-        let upgraded = wait_for(log, "upgraded", u, Duration::from_secs(30)).await?;
-        let adopted = wait_for(log, "adopted", u, Duration::from_secs(30)).await?;
-        let inherited = wait_for(log, "inherited", u, Duration::from_secs(30)).await?;
+        let wait = Duration::from_secs(30);
+        let upgraded = proxy.wait_for("upgraded", u, wait).await?;
+        let adopted = proxy.wait_for("adopted", u, wait).await?;
+        let inherited = proxy.wait_for("inherited", u, wait).await?;
         let pid = answer["pid"].as_u64().context("pid in the answer")? as u32;
         tokio::time::sleep(Duration::from_millis(500)).await;
         runs.push(json!({
@@ -158,71 +154,4 @@ async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
         bail!("wrong echo");
     }
     Ok(())
-}
-
-/// The `n`-th event named `message` in the log, waiting for it.
-async fn wait_for(
-    log: &std::path::Path,
-    message: &str,
-    n: usize,
-    timeout: Duration,
-) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let found: Vec<Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["message"] == message)
-            .collect();
-        if let Some(e) = found.get(n - 1) {
-            return Ok(e.clone());
-        }
-        if Instant::now() > deadline {
-            bail!("no {message} #{n} in the log within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The first pin-proxy process; later ones are found in its log.
-struct Proxy {
-    child: Child,
-    pid: u32,
-}
-
-impl Proxy {
-    fn start(
-        bin: &std::path::Path,
-        config: &std::path::Path,
-        log: &std::path::Path,
-    ) -> anyhow::Result<Proxy> {
-        let out = std::fs::File::create(log)?;
-        let child = Command::new(bin)
-            .args(["run", "-c"])
-            .arg(config)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("start {}", bin.display()))?;
-        let pid = child.id();
-        Ok(Proxy { child, pid })
-    }
-
-    /// Stop whichever process serves now.
-    fn stop(&mut self, log: &std::path::Path) {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let last = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|e| e["message"] == "upgraded")
-            .filter_map(|e| e["pid"].as_u64())
-            .last();
-        if let Some(pid) = last {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
