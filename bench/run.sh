@@ -37,7 +37,9 @@ if [ "$QUICK" = 1 ]; then
 else
     T=10 WARM=1 HOLD=2 P2P_DEFAULT_SECS=60
 fi
-IDLE_COUNT=${IDLE_COUNT:-9900}
+# 9,850: pin-proxy's own descriptor budget at a 20,000 limit is 9,861
+# connections ((limit - 256 reserved - those open) / 2); HAProxy holds as many.
+IDLE_COUNT=${IDLE_COUNT:-9850}
 IDLE_STEPS=${IDLE_STEPS:-1000,2500,5000,9000,9500}
 P2P_CONNS=${P2P_CONNS:-9000} P2P_SECS=${P2P_SECS:-$P2P_DEFAULT_SECS} P2P_RAMP=${P2P_RAMP:-1000}
 DRAIN_CONNS=${DRAIN_CONNS:-5000} DRAIN_PINGERS=${DRAIN_PINGERS:-50} DRAIN_SPREAD=${DRAIN_SPREAD:-10s}
