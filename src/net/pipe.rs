@@ -37,6 +37,14 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// Tests of the copying path turn lending off for their thread.
     static LENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// Pipes lent on this thread so far.
+    static LENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Pipes lent on this thread so far (tests, on a current-thread runtime).
+#[cfg(test)]
+pub fn lent_here() -> usize {
+    LENT.get()
 }
 
 /// Lend no pipes on this thread (`false`) or lend again: for tests of the
@@ -88,12 +96,16 @@ pub fn take() -> Option<Pipe> {
         return None;
     }
     match rustix::pipe::pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC) {
-        Ok((read, write)) => Some(Pipe {
-            bytes: sized(&write),
-            read,
-            write,
-            held: 0,
-        }),
+        Ok((read, write)) => {
+            #[cfg(test)]
+            LENT.set(LENT.get() + 1);
+            Some(Pipe {
+                bytes: sized(&write),
+                read,
+                write,
+                held: 0,
+            })
+        }
         Err(_) => {
             LIVE.fetch_sub(1, Ordering::Relaxed);
             None
