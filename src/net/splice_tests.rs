@@ -114,19 +114,28 @@ async fn drive_until(spliced: &mut Splice<'_>, what: &str, cond: impl Fn(&Splice
     }
 }
 
+/// client ↔ proxy's client socket, proxy's backend socket ↔ node, all
+/// with full-size buffers; None (with a notice) when splicing is off.
+async fn piped() -> Option<(TcpStream, TcpStream, TcpStream, TcpStream)> {
+    if !pipe::enabled() {
+        eprintln!("notice: PIN_PROXY_SPLICE=off, the piped path is not tested");
+        return None;
+    }
+    let (client, proxy_client) = pair(false).await;
+    let (proxy_backend, node) = pair(false).await;
+    Some((client, proxy_client, proxy_backend, node))
+}
+
 /// A bulk direction moves through a lent pipe (`splice(2)`), and a
 /// splice frozen with bytes in that pipe carries them as held bytes: the
 /// resumed splice (another process, which has no such pipe) writes them
 /// first, nothing lost or repeated.
 #[tokio::test]
 async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
-    if !pipe::enabled() {
-        eprintln!("notice: PIN_PROXY_SPLICE=off, the piped path is not tested");
-        return;
-    }
     const LEN: usize = 8 << 20;
-    let (mut client, proxy_client) = pair(false).await;
-    let (proxy_backend, mut node) = pair(false).await;
+    let Some((mut client, proxy_client, proxy_backend, mut node)) = piped().await else {
+        return;
+    };
     let data = pattern(LEN);
     let sent = data.clone();
     let writer = tokio::spawn(async move {
@@ -165,13 +174,10 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
 /// idle connection holds no pipe, whatever it carried before.
 #[tokio::test]
 async fn a_quiet_direction_gives_its_pipe_back() {
-    if !pipe::enabled() {
-        eprintln!("notice: PIN_PROXY_SPLICE=off, the piped path is not tested");
-        return;
-    }
     const LEN: usize = 4 << 20;
-    let (mut client, proxy_client) = pair(false).await;
-    let (proxy_backend, mut node) = pair(false).await;
+    let Some((mut client, proxy_client, proxy_backend, mut node)) = piped().await else {
+        return;
+    };
     let data = pattern(LEN);
     let stats = BackendStats::default();
     let closer = Closer::new();

@@ -18,12 +18,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
 
 use crate::admin::{self, free_port};
+use crate::echo::round_trip;
 use crate::idle;
 use crate::procfs::{self, CpuMeter};
 use crate::proxy::Proxy;
@@ -337,17 +338,6 @@ impl Pinger {
         }
         Ok(h)
     }
-}
-
-async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
-    let msg = [7u8; 64];
-    s.write_all(&msg).await?;
-    let mut got = [0u8; 64];
-    s.read_exact(&mut got).await?;
-    if got != msg {
-        bail!("wrong echo");
-    }
-    Ok(())
 }
 
 /// Open `n` idle clients, each checked with one echo: those held, and how

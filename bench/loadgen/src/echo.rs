@@ -62,3 +62,15 @@ pub async fn echo_plain(stream: TcpStream) {
     // A client that goes away mid-echo is normal under load.
     let _ = echo(stream, None).await;
 }
+
+/// One 64-byte request and its exact echo on `s`.
+pub async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
+    let msg = [7u8; 64];
+    s.write_all(&msg).await?;
+    let mut got = [0u8; 64];
+    s.read_exact(&mut got).await?;
+    if got != msg {
+        anyhow::bail!("wrong echo");
+    }
+    Ok(())
+}

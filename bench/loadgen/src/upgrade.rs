@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::admin::{self, free_port};
+use crate::echo::round_trip;
 use crate::procfs;
 use crate::proxy::Proxy;
 
@@ -143,15 +143,4 @@ async fn measure(
         "rounds": rounds.load(Ordering::Relaxed),
         "upgrades": runs,
     }))
-}
-
-async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
-    let msg = [7u8; 64];
-    s.write_all(&msg).await?;
-    let mut got = [0u8; 64];
-    s.read_exact(&mut got).await?;
-    if got != msg {
-        bail!("wrong echo");
-    }
-    Ok(())
 }
