@@ -22,6 +22,22 @@ struct Events {
     ended: watch::Sender<bool>,
 }
 
+/// Events of `lines` from index `from` on that match `pred`, if at least `n`.
+fn found(
+    lines: &[Value],
+    from: usize,
+    pred: &impl Fn(&Value) -> bool,
+    n: usize,
+) -> Option<Vec<Value>> {
+    let found: Vec<Value> = lines
+        .iter()
+        .skip(from)
+        .filter(|e| pred(e))
+        .cloned()
+        .collect();
+    (found.len() >= n).then_some(found)
+}
+
 impl Events {
     fn new() -> Events {
         Events {
@@ -30,18 +46,6 @@ impl Events {
             count: watch::Sender::new(0),
             ended: watch::Sender::new(false),
         }
-    }
-
-    /// Events from index `from` on that match `pred`, if at least `n`.
-    fn found(&self, from: usize, pred: &impl Fn(&Value) -> bool, n: usize) -> Option<Vec<Value>> {
-        let lines = self.lines.lock().unwrap();
-        let found: Vec<Value> = lines
-            .iter()
-            .skip(from)
-            .filter(|e| pred(e))
-            .cloned()
-            .collect();
-        (found.len() >= n).then_some(found)
     }
 
     /// The timeout panic, with the whole log. The lock is let go first: a
@@ -63,24 +67,36 @@ impl Events {
         n: usize,
         timeout: Duration,
     ) -> Vec<Value> {
+        let what = format!("{n} matching events");
+        self.wait_for(&what, timeout, |lines| found(lines, from, &pred, n))
+            .await
+    }
+
+    /// Wait (async) until `check` of the whole log gives an answer, woken
+    /// by each new line; panics with the log on timeout.
+    async fn wait_for<R>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&[Value]) -> Option<R>,
+    ) -> R {
         let deadline = tokio::time::Instant::now() + timeout;
+        let look = || check(&self.lines.lock().unwrap_or_else(PoisonError::into_inner));
         // Subscribed before looking, so no line read in between is missed.
         let (mut more, mut ended) = (self.count.subscribe(), self.ended.subscribe());
         loop {
             // Read before looking: once it is set, every line is in.
             let over = *ended.borrow_and_update();
-            if let Some(found) = self.found(from, &pred, n) {
+            if let Some(found) = look() {
                 return found;
             }
             if over {
-                self.timed_out(&format!("{n} matching events (the log ended)"));
+                self.timed_out(&format!("{what} (the log ended)"));
             }
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, more.changed()) => {
                     if !matches!(r, Ok(Ok(()))) {
-                        return self
-                            .found(from, &pred, n)
-                            .unwrap_or_else(|| self.timed_out(&format!("{n} matching events")));
+                        return look().unwrap_or_else(|| self.timed_out(what));
                     }
                 }
                 // The process closed its stdout: look once more, above.
@@ -100,19 +116,13 @@ impl Events {
         let deadline = Instant::now() + timeout;
         let mut lines = self.lines.lock().unwrap();
         loop {
-            let found: Vec<Value> = lines
-                .iter()
-                .skip(from)
-                .filter(|e| pred(e))
-                .cloned()
-                .collect();
-            if found.len() >= n {
+            if let Some(found) = found(&lines, from, &pred, n) {
                 return found;
             }
             let now = Instant::now();
             if now >= deadline {
                 drop(lines);
-                self.timed_out(&format!("{n} matching events (found {})", found.len()));
+                self.timed_out(&format!("{n} matching events"));
             }
             lines = self.more.wait_timeout(lines, deadline - now).unwrap().0;
         }
@@ -278,6 +288,17 @@ impl Proxy {
         timeout: Duration,
     ) -> Vec<Value> {
         self.events.wait(0, pred, n, timeout).await
+    }
+
+    /// Wait until `check` of every event so far gives an answer (woken by
+    /// each new line); panics with the log, naming `what`, on timeout.
+    pub async fn wait_log<R>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&[Value]) -> Option<R>,
+    ) -> R {
+        self.events.wait_for(what, timeout, check).await
     }
 
     /// As [`Proxy::wait_event`], blocking the thread (for plain `#[test]`s).

@@ -78,24 +78,17 @@ async fn unchanged(proxy: &Proxy, want: &BTreeSet<String>, clients: &mut [TcpStr
 /// come with the addition or a hold later).
 async fn followed(proxy: &Proxy, want: &BTreeSet<String>, added: u64, removed: u64) {
     members_until(proxy, want).await;
-    // The event is logged as the members change: read the log until it
-    // arrived (or the wait ran out, and the sum is shown as it stands).
-    let later = || -> Vec<Value> {
-        let events = proxy.events().into_iter().filter(discovered);
-        events.skip(1).collect()
-    };
-    let sum = |later: &[Value]| {
-        later
-            .iter()
-            .map(counts)
-            .fold((0, 0), |(a, r), (da, dr, _)| (a + da, r + dr))
-    };
-    let deadline = tokio::time::Instant::now() + T;
-    while sum(&later()) != (added, removed) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let later = later();
-    assert_eq!(sum(&later), (added, removed), "{later:?}");
+    // The event is logged as the members change: wait for its line.
+    let what = format!("discovered events adding up to +{added} -{removed}");
+    proxy
+        .wait_log(&what, T, |events| {
+            let later = events.iter().filter(|e| discovered(e)).skip(1);
+            let sum = later
+                .map(counts)
+                .fold((0, 0), |(a, r), (da, dr, _)| (a + da, r + dr));
+            (sum == (added, removed)).then_some(())
+        })
+        .await;
 }
 
 /// The outage lasts three holds' worth of failed lookups, counted by the
