@@ -25,6 +25,11 @@
 //! edge-triggered epoll: bytes that arrive after the read raise a new event,
 //! readiness is only cleared if no newer event came in meanwhile, and an
 //! EOF (`READ_CLOSED`) is never cleared.
+//!
+//! Packets: bytes read from a peer that has already closed (the loop saw
+//! its FIN with them, as from a node that answers and closes) are sent on
+//! with `MSG_MORE` once a second read confirms the EOF, so the half-close's
+//! FIN leaves in the same segment (`step`).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -34,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use rustix::net::SendFlags;
 use serde::{Deserialize, Serialize};
 use socket2::SockRef;
 use tokio::io::Interest;
@@ -428,9 +434,14 @@ impl Dir {
                 self.held = None;
             }
             ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
-            match step(from, to)? {
-                Forwarded::Moved(n) => {
+            match step(from, to, read_closed(from))? {
+                Forwarded::Moved(n, last) => {
                     Dir::add(&mut self.moved, n, totals);
+                    match last {
+                        Then::More => {}
+                        Then::Eof => return Poll::Ready(Ok(())),
+                        Then::Failed(e) => return Poll::Ready(Err((true, e))),
+                    }
                     // A whole buffer: a bulk transfer; go on in the kernel.
                     if n == CHUNK
                         && let Some(pipe) = pipe::take()
@@ -440,8 +451,15 @@ impl Dir {
                         return self.pump_piped(cx, from, to, totals);
                     }
                 }
-                Forwarded::Partial { written, rest } => {
+                Forwarded::Partial {
+                    written,
+                    rest,
+                    then,
+                } => {
                     Dir::add(&mut self.moved, written, totals);
+                    if let Then::Failed(e) = then {
+                        return Poll::Ready(Err((true, e)));
+                    }
                     self.held = Some(Box::new(Unwritten {
                         data: rest,
                         sent: 0,
@@ -522,11 +540,18 @@ impl Dir {
 
 /// One non-blocking read-and-forward step.
 enum Forwarded {
-    /// `n` bytes read and written in full.
-    Moved(usize),
+    /// `n` bytes read and written in full, and what the reader said after
+    /// them (known only when it had already closed).
+    Moved(usize, Then),
     /// Bytes read but only `written` of them written: `rest` waits for the
-    /// receiver.
-    Partial { written: usize, rest: Vec<u8> },
+    /// receiver. An EOF after them is read again once `rest` is written;
+    /// an error (which a read reports once) ends the direction now, as it
+    /// would have on the next read.
+    Partial {
+        written: usize,
+        rest: Vec<u8>,
+        then: Then,
+    },
     /// Nothing read (no data after all, or interrupted); readiness is
     /// cleared where it was stale.
     Nothing,
@@ -541,8 +566,37 @@ thread_local! {
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
 }
 
+/// What follows the bytes of a [`Forwarded::Moved`].
+enum Then {
+    /// More may come (or nothing is known yet).
+    More,
+    /// The reader's FIN: the direction is over.
+    Eof,
+    /// The reader's error (a reset) right after those bytes.
+    Failed(io::Error),
+}
+
+/// Whether `from`'s peer has already closed its side (a FIN or a reset
+/// seen by the event loop), read from the readiness the loop holds: no
+/// syscall. Called while `from` is readable, so the readiness future is
+/// ready at once and never waits.
+fn read_closed(from: &TcpStream) -> bool {
+    let ready = std::pin::pin!(from.ready(Interest::READABLE));
+    match ready.poll(&mut Context::from_waker(std::task::Waker::noop())) {
+        Poll::Ready(Ok(ready)) => ready.is_read_closed(),
+        _ => false,
+    }
+}
+
 /// Read once from `from` and write what came straight to `to`.
-fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault> {
+///
+/// When `from` has closed (`closed`), a short read is followed by one
+/// more read, which tells whether the bytes were the last: then they are
+/// sent with `MSG_MORE`, so the FIN of the half-close that follows rides
+/// in the same segment (one packet less to `to`'s peer, and one ACK less
+/// back), as a peer that writes and closes at once sends them. Without a
+/// close pending nothing changes: one read, one write.
+fn step(from: &TcpStream, to: &TcpStream, closed: bool) -> Result<Forwarded, Fault> {
     SCRATCH.with_borrow_mut(|buf| {
         let mut short = 0;
         // A short read drained the socket: report it as `WouldBlock` so
@@ -555,16 +609,33 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault> {
             }
             Ok(n)
         });
-        let n = match read {
+        let mut n = match read {
             Ok(0) => return Ok(Forwarded::Eof),
             Ok(n) => n,
             Err(_) if short > 0 => short,
             Err(e) if is_transient(&e) => return Ok(Forwarded::Nothing),
             Err(e) => return Err((true, e)),
         };
+        let mut then = Then::More;
+        if closed && short > 0 {
+            match (&*SockRef::from(from)).read(&mut buf[n..]) {
+                Ok(0) => then = Then::Eof,
+                Ok(more) => n += more,
+                Err(e) if is_transient(&e) => {}
+                Err(e) => then = Then::Failed(e),
+            }
+        }
+        let flags = if matches!(then, Then::Eof) {
+            SendFlags::MORE
+        } else {
+            SendFlags::empty()
+        };
         let mut done = 0;
         while done < n {
-            match to.try_write(&buf[done..n]) {
+            let sent = to.try_io(Interest::WRITABLE, || {
+                Ok(rustix::net::send(to, &buf[done..n], flags)?)
+            });
+            match sent {
                 Ok(0) => return Err((false, io::ErrorKind::WriteZero.into())),
                 Ok(k) => done += k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -572,13 +643,14 @@ fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault> {
                     return Ok(Forwarded::Partial {
                         written: done,
                         rest,
+                        then,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err((false, e)),
             }
         }
-        Ok(Forwarded::Moved(n))
+        Ok(Forwarded::Moved(n, then))
     })
 }
 

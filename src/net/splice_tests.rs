@@ -206,3 +206,102 @@ async fn a_quiet_direction_gives_its_pipe_back() {
     assert!(spliced.down.pipe.is_none());
     assert_eq!(stats.bytes_down.load(Ordering::Relaxed), LEN as u64 + 4);
 }
+
+/// Segments `sock` has sent so far, as `ss` reads them from the kernel
+/// (`TCP_INFO`); None, with a notice, without `ss` (iproute2).
+fn segs_out(sock: &TcpStream) -> Option<u32> {
+    let (local, peer) = (sock.local_addr().unwrap(), sock.peer_addr().unwrap());
+    let out = std::process::Command::new("ss")
+        .args(["-tinH", "src", &local.to_string(), "dst", &peer.to_string()])
+        .output();
+    let out = match out {
+        Ok(out) if out.status.success() => out,
+        other => {
+            assert!(
+                std::env::var_os("PIN_PROXY_REQUIRE_PEERS").is_none(),
+                "ss (iproute2) is needed: {other:?}"
+            );
+            eprintln!("notice: no ss (iproute2): segments not counted");
+            return None;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&local.to_string()), "ss did not list the socket: {text:?}");
+    // ss leaves out a count of 0.
+    let field = text.split_whitespace().find_map(|f| f.strip_prefix("segs_out:"));
+    Some(field.map_or(0, |n| n.parse().unwrap()))
+}
+
+/// Wait until the event loop has seen `sock`'s peer close (its FIN or
+/// reset is in the readiness), as a busy proxy finds it on a backend that
+/// answered and closed at once.
+async fn until_seen_closed(sock: &TcpStream) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.ready(Interest::READABLE).await.unwrap().is_read_closed() {
+        assert!(Instant::now() < deadline, "the close was never seen");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A backend that writes its answer and closes: the answer and the FIN
+/// of the half-close leave for the client in one segment, not two, and
+/// the client still reads every byte and then its EOF.
+#[tokio::test]
+async fn the_last_bytes_before_a_close_leave_with_the_fin() {
+    let (mut client, proxy_client) = pair(false).await;
+    let (proxy_backend, mut node) = pair(false).await;
+    node.write_all(b"the answer").await.unwrap();
+    node.shutdown().await.unwrap();
+    until_seen_closed(&proxy_backend).await;
+    let before = segs_out(&proxy_client);
+    let stats = BackendStats::default();
+    let closer = Closer::new();
+    let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
+    let mut got = Vec::new();
+    tokio::select! {
+        _ = &mut spliced => panic!("the splice ended while the client was open"),
+        r = client.read_to_end(&mut got) => { r.unwrap(); }
+    }
+    assert_eq!(got, b"the answer", "every byte, then EOF");
+    if let (Some(before), Some(after)) = (before, segs_out(&proxy_client)) {
+        assert_eq!(after - before, 1, "the bytes and the FIN in one segment");
+    }
+    client.shutdown().await.unwrap();
+    let out = spliced.await;
+    assert_eq!(out.reason, CloseReason::BackendClosed);
+    assert_eq!(out.bytes_down, 10);
+}
+
+/// A backend that writes and then resets: the bytes still reach the
+/// client and are counted, and the splice ends on the backend's error (the
+/// reset is not taken for a clean close).
+#[tokio::test]
+async fn bytes_before_a_reset_are_forwarded_and_the_reset_is_an_error() {
+    let (mut client, proxy_client) = pair(false).await;
+    let (proxy_backend, node) = pair(false).await;
+    let node = node.into_std().unwrap();
+    (&node).write_all_std(b"partial");
+    socket2::SockRef::from(&node).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(node);
+    until_seen_closed(&proxy_backend).await;
+    let stats = BackendStats::default();
+    let closer = Closer::new();
+    let out = splice(&proxy_client, &proxy_backend, &stats, None, &closer).await;
+    assert_eq!(out.reason, CloseReason::BackendError, "{:?}", out.error);
+    assert_eq!(out.bytes_down, 7);
+    let mut got = [0u8; 7];
+    client.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"partial");
+}
+
+trait WriteAllStd {
+    fn write_all_std(self, data: &[u8]);
+}
+
+impl WriteAllStd for &std::net::TcpStream {
+    fn write_all_std(self, data: &[u8]) {
+        use std::io::Write;
+        let mut s = self;
+        s.write_all(data).unwrap();
+    }
+}
