@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::procfs;
 use crate::window::{self, Window};
 
 /// One ping-pong run.
@@ -38,6 +39,7 @@ pub struct Params {
 /// # Errors
 /// When a connection cannot be made or breaks, or the proxy cannot be read.
 pub async fn run(p: Params) -> anyhow::Result<Value> {
+    let sets_before = p.pid.map(procfs::poll_sets).transpose()?;
     let mut streams = Vec::with_capacity(p.conns);
     for _ in 0..p.conns {
         let s = TcpStream::connect(p.target)
@@ -46,12 +48,35 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
         s.set_nodelay(true)?;
         streams.push(s);
     }
+    let threads_before = p.pid.map(procfs::thread_cpu).transpose()?;
     let win = Window::new(p.warmup, p.duration);
     let tasks: Vec<_> = streams
         .into_iter()
         .map(|s| tokio::spawn(conn_loop(s, p.size, win, p.max_requests)))
         .collect();
-    let cpu = win.meter(p.pid).await?;
+    // How the proxy spread these connections over its event loops (each
+    // connection adds its two sockets to one loop's epoll set), read once
+    // the warm-up is over and every connection has reached its loop.
+    let split = async {
+        tokio::time::sleep_until(win.start).await;
+        match (p.pid, &sets_before) {
+            (Some(pid), Some(before)) => {
+                procfs::poll_sets(pid).map(|after| Some(procfs::loop_split(before, &after)))
+            }
+            _ => Ok(None),
+        }
+    };
+    let (cpu, split) = tokio::join!(win.meter(p.pid), split);
+    let (cpu, split) = (cpu?, split?);
+    let threads = match (p.pid, &threads_before) {
+        // Warm-up included: the split of the load, not its amount.
+        (Some(pid), Some(before)) => Some(procfs::thread_delta(
+            before,
+            &procfs::thread_cpu(pid)?,
+            0.01,
+        )),
+        _ => None,
+    };
     let mut hist = window::histogram();
     for t in tasks {
         let h = t.await.context("ping-pong task")??;
@@ -64,6 +89,12 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
         "rps": (requests as f64 / win.secs()).round(),
     });
     window::merge(&mut out, window::percentiles(&hist));
+    if let Some(split) = split {
+        window::merge(&mut out, json!({ "loop_conns": split }));
+    }
+    if let Some(threads) = threads {
+        window::merge(&mut out, json!({ "thread_cpu_s": threads }));
+    }
     if let Some(cpu) = cpu {
         window::merge(
             &mut out,

@@ -195,6 +195,7 @@ pub fn render(results: &Path, haproxy_label: &str) -> anyhow::Result<String> {
         )?;
     }
     out.push('\n');
+    out.push_str(&loop_spread(&recs)?);
     out.push_str(&scaling(&recs)?);
     out.push_str(&scale::render(&recs)?);
     Ok(out)
@@ -226,6 +227,71 @@ fn per_round(recs: &[Value], mt: &Metric) -> Vec<String> {
         .filter_map(|n| div(get(n, PIN), get(n, HA)))
         .map(|r| format!("{r:.2}"))
         .collect()
+}
+
+/// The 64-connection ping-pong per round: how pin-proxy's and HAProxy's
+/// event loops shared the connections (`loop_conns`, from their epoll
+/// sets) and the CPU (`thread_cpu_s`), beside the round's ratios.
+fn loop_spread(recs: &[Value]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let find = |round: &Value, target: &str| {
+        recs.iter()
+            .find(|r| r["round"] == *round && r["target"] == target && r["case"] == "pp64")
+    };
+    let split = |r: Option<&Value>| -> String {
+        let Some(r) = r else { return "–".into() };
+        let conns: Vec<String> = r["loop_conns"]
+            .as_array()
+            .map(|a| a.iter().map(|n| n.to_string()).collect())
+            .unwrap_or_default();
+        let cpu: Vec<String> = r["thread_cpu_s"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t[1].as_f64())
+                    .map(|s| format!("{s:.2}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        format!("{} ({} s)", conns.join("/"), cpu.join("/"))
+    };
+    let ratio = |pin: Option<&Value>, ha: Option<&Value>, field: &str| {
+        div(
+            pin.and_then(|r| r[field].as_f64()),
+            ha.and_then(|r| r[field].as_f64()),
+        )
+        .map_or("–".into(), |r| format!("{r:.2}"))
+    };
+    let rounds: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["case"] == "pp64" && r["target"] == PIN && r.get("loop_conns").is_some())
+        .map(|r| &r["round"])
+        .collect();
+    if rounds.is_empty() {
+        return Ok(out);
+    }
+    writeln!(
+        out,
+        "64 connections over the event loops (connections per loop, and CPU s per loop thread):\n"
+    )?;
+    writeln!(
+        out,
+        "| round | pin-proxy | HAProxy | req/s pin/HA | p99 pin/HA |"
+    )?;
+    writeln!(out, "|---|---|---|---:|---:|")?;
+    for round in rounds {
+        let (pin, ha) = (find(round, PIN), find(round, HA));
+        writeln!(
+            out,
+            "| {round} | {} | {} | {} | {} |",
+            split(pin),
+            split(ha),
+            ratio(pin, ha, "rps"),
+            ratio(pin, ha, "p99_us")
+        )?;
+    }
+    out.push('\n');
+    Ok(out)
 }
 
 fn verdict(ratio: Option<f64>, mt: &Metric) -> &'static str {
