@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use crate::config::IpNet;
 use crate::pool::admission::Refused;
 use crate::pool::registry::Pool;
+use crate::net::balance::Loops;
 use crate::net::reject_fold::{Reject, RejectLog};
 use crate::net::freeze::Freezer;
 use crate::net::session;
@@ -72,15 +73,19 @@ pub struct Shared {
     pub rejects: Arc<RejectLog>,
     /// Where sessions put their connections when a live upgrade takes them.
     pub freezer: Freezer,
+    /// The data workers' loops, so a busy one can pass a client on.
+    pub loops: Loops,
 }
 
 /// Accept clients for `pool` on `listener` until `token` is cancelled (the
-/// listener was removed, or the pool stopped).
+/// listener was removed, or the pool stopped). `me` is the worker (in
+/// `shared.loops`) this loop runs on.
 pub async fn accept_loop(
     listener: TcpListener,
     pool: Arc<Pool>,
     token: CancellationToken,
     shared: Shared,
+    me: usize,
 ) {
     let local = listener.local_addr().ok();
     // The socket options accepted clients inherit, as last set on the
@@ -127,7 +132,7 @@ pub async fn accept_loop(
                     }
                     tuned = keepalive;
                 }
-                admit(stream, peer, &pool, &shared, slot);
+                admit(stream, peer, &pool, &shared, slot, me);
             }
             // The client gave up before we got to it: nothing to do.
             Err(e) if is_per_connection(&e) => {
@@ -156,6 +161,7 @@ fn admit(
     pool: &Arc<Pool>,
     shared: &Shared,
     slot: OwnedSemaphorePermit,
+    me: usize,
 ) {
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
@@ -175,6 +181,26 @@ fn admit(
         Err(Refused::PerSource) => return reject(Reject::PerSource),
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");
+    if let Some(other) = shared.loops.elsewhere(me) {
+        // This loop is clearly busier: the client is served on `other`.
+        match stream.into_std() {
+            Ok(client) => {
+                let moved = session::serve_moved(
+                    pool.clone(),
+                    client,
+                    peer,
+                    conn,
+                    (admission, slot),
+                    shared.freezer.clone(),
+                );
+                shared.tracker.spawn_on(moved, other);
+            }
+            Err(err) => {
+                warn!(pool = %pool.name, conn, client = %peer, err = %err, "handoff_failed");
+            }
+        }
+        return;
+    }
     // Spawned directly: a wrapping future would enlarge every connection's task.
     shared.tracker.spawn(session::serve(
         pool.clone(),

@@ -6,6 +6,7 @@
 //! Layer: on `pool` and `config`. Probes and runtime use its `connect`,
 //! `sockopt` and `workers`; it never uses them.
 
+pub mod balance;
 pub mod connect;
 pub mod freeze;
 pub mod listener;

@@ -63,6 +63,25 @@ pub fn serve(
     }
 }
 
+/// As [`serve`], for a client another worker accepted and passed on (its
+/// loop was the busier, `net::balance`): registered with this worker's
+/// loop first. Only such clients pay for the larger task.
+pub async fn serve_moved(
+    pool: Arc<Pool>,
+    client: std::net::TcpStream,
+    peer: SocketAddr,
+    conn: ConnId,
+    admission: (Admission, OwnedSemaphorePermit),
+    freezer: Freezer,
+) {
+    match TcpStream::from_std(client) {
+        Ok(client) => serve(pool, client, peer, conn, admission, freezer).await,
+        Err(err) => {
+            warn!(pool = %pool.name, conn, client = %peer, err = %err, "handoff_failed");
+        }
+    }
+}
+
 /// Go on with a connection frozen by a live upgrade (in this process or
 /// the one before it), where its splice stood. It is registered on its
 /// backend at once (so drains and `/status` see it before it runs); the

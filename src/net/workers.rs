@@ -79,6 +79,11 @@ impl Workers {
         self.handles.len()
     }
 
+    /// Every worker's loop.
+    pub fn handles(&self) -> &[Handle] {
+        &self.handles
+    }
+
     /// Worker `i` (taken modulo the count).
     pub fn handle(&self, i: usize) -> &Handle {
         &self.handles[i % self.handles.len()]

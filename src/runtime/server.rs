@@ -27,6 +27,7 @@ use crate::probe::prober::Prober;
 use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::pool::own::OwnListeners;
+use crate::net::balance::Loops;
 use crate::net::freeze::Freezer;
 use crate::pool::saved::HealthChanges;
 use crate::runtime::state_file;
@@ -179,6 +180,7 @@ impl Server {
                 slots: Arc::new(Semaphore::new(budget)),
                 rejects: Arc::default(),
                 freezer: Freezer::default(),
+                loops: Loops::new(workers.handles()),
             },
             root,
             tracker,

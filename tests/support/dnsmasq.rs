@@ -477,14 +477,36 @@ fn qtype_name(qtype: Qtype) -> &'static str {
 }
 
 /// A port free for both UDP and TCP on 127.0.0.1 just now.
+/// A port free for UDP and TCP, below the kernel's ephemeral range: while
+/// a test has dnsmasq stopped, its port is then never taken as the local
+/// port of some other test's outgoing connection (those come from the
+/// ephemeral range, thousands a second in the e2e suite) before it starts
+/// again on it.
 fn free_port() -> u16 {
-    loop {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port");
-        let port = udp.local_addr().expect("local addr").port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FLOOR: u32 = 10_000;
+    let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = below - FLOOR;
+    // Each test process starts somewhere else in the span.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_add(seed);
+        let port = u16::try_from(FLOOR + n % span).expect("below 65536");
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
             return port;
         }
     }
+    panic!("no free port between {FLOOR} and {below}");
 }
 
 fn signal(child: &Child, sig: Signal) {

@@ -73,10 +73,11 @@ pub(super) fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, work
             }
             let (pool, token, shared2) = (run.pool.clone(), l.token.clone(), shared.clone());
             let local = l.local;
+            let me = i % workers.count();
             let task = async move {
                 // Registered with the worker's own epoll instance.
                 match TcpListener::from_std(listener) {
-                    Ok(listener) => listener::accept_loop(listener, pool, token, shared2).await,
+                    Ok(listener) => listener::accept_loop(listener, pool, token, shared2, me).await,
                     Err(e) => error!(pool = %pool.name, listen = %local, err = %e, "accept_failed"),
                 }
             };
