@@ -34,7 +34,7 @@ pub fn enabled() -> bool {
 }
 
 /// The data workers' event loops, as the accept loops see them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Loops {
     handles: Arc<[Handle]>,
 }

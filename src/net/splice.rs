@@ -434,7 +434,7 @@ impl Dir {
                 self.held = None;
             }
             ready!(from.poll_read_ready(cx)).map_err(|e| (true, e))?;
-            match step(from, to, read_closed(from))? {
+            match step(from, to)? {
                 Forwarded::Moved(n, last) => {
                     Dir::add(&mut self.moved, n, totals);
                     match last {
@@ -578,8 +578,10 @@ enum Then {
 
 /// Whether `from`'s peer has already closed its side (a FIN or a reset
 /// seen by the event loop), read from the readiness the loop holds: no
-/// syscall. Called while `from` is readable, so the readiness future is
-/// ready at once and never waits.
+/// syscall. Called only while `from` is readable (its readiness not yet
+/// cleared), so the readiness future is ready at once and never waits;
+/// dropping it takes the registration's waiter lock once, uncontended,
+/// which is why a step asks only after a short read.
 fn read_closed(from: &TcpStream) -> bool {
     let ready = std::pin::pin!(from.ready(Interest::READABLE));
     match ready.poll(&mut Context::from_waker(std::task::Waker::noop())) {
@@ -590,21 +592,23 @@ fn read_closed(from: &TcpStream) -> bool {
 
 /// Read once from `from` and write what came straight to `to`.
 ///
-/// When `from` has closed (`closed`), a short read is followed by one
+/// When `from` has already closed, a short read is followed by one
 /// more read, which tells whether the bytes were the last: then they are
 /// sent with `MSG_MORE`, so the FIN of the half-close that follows rides
 /// in the same segment (one packet less to `to`'s peer, and one ACK less
 /// back), as a peer that writes and closes at once sends them. Without a
 /// close pending nothing changes: one read, one write.
-fn step(from: &TcpStream, to: &TcpStream, closed: bool) -> Result<Forwarded, Fault> {
+fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault> {
     SCRATCH.with_borrow_mut(|buf| {
-        let mut short = 0;
+        let (mut short, mut closed) = (0, false);
         // A short read drained the socket: report it as `WouldBlock` so
         // `try_io` clears the readiness now (see the module docs).
         let read = from.try_io(Interest::READABLE, || {
             let n = (&*SockRef::from(from)).read(buf)?;
             if n > 0 && n < buf.len() {
                 short = n;
+                // Asked before `try_io` clears the readiness below.
+                closed = read_closed(from);
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             Ok(n)
@@ -617,7 +621,7 @@ fn step(from: &TcpStream, to: &TcpStream, closed: bool) -> Result<Forwarded, Fau
             Err(e) => return Err((true, e)),
         };
         let mut then = Then::More;
-        if closed && short > 0 {
+        if closed {
             match (&*SockRef::from(from)).read(&mut buf[n..]) {
                 Ok(0) => then = Then::Eof,
                 Ok(more) => n += more,

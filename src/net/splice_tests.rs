@@ -280,7 +280,7 @@ async fn bytes_before_a_reset_are_forwarded_and_the_reset_is_an_error() {
     let (mut client, proxy_client) = pair(false).await;
     let (proxy_backend, node) = pair(false).await;
     let node = node.into_std().unwrap();
-    (&node).write_all_std(b"partial");
+    std::io::Write::write_all(&mut &node, b"partial").unwrap();
     socket2::SockRef::from(&node).set_linger(Some(Duration::ZERO)).unwrap();
     drop(node);
     until_seen_closed(&proxy_backend).await;
@@ -292,16 +292,4 @@ async fn bytes_before_a_reset_are_forwarded_and_the_reset_is_an_error() {
     let mut got = [0u8; 7];
     client.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"partial");
-}
-
-trait WriteAllStd {
-    fn write_all_std(self, data: &[u8]);
-}
-
-impl WriteAllStd for &std::net::TcpStream {
-    fn write_all_std(self, data: &[u8]) {
-        use std::io::Write;
-        let mut s = self;
-        s.write_all(data).unwrap();
-    }
 }
