@@ -314,7 +314,8 @@ run_case() {
             ;;
         p2p)
             "${lg[@]}" p2p --target "${ADDR[$t,p2p]}" --conns "$P2P_CONNS" --secs "$P2P_SECS" \
-                --ramp "$P2P_RAMP" --server-pid "$P2P_PID" "${pid[@]}"
+                --ramp "$P2P_RAMP" --server-pid "$P2P_PID" "${pid[@]}" \
+                --timeline "$OUT/raw/r$r-$t-p2p-timeline.txt"
             ;;
     esac
 }

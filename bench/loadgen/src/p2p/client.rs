@@ -21,6 +21,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::Shape;
 use super::frame::{self, Kind, Reader};
+use super::stalls::Pings;
 use crate::procfs::{self, CpuMeter};
 use crate::window::{self, Window};
 
@@ -60,6 +61,11 @@ pub struct Params {
     /// The backend process (`p2p-server`) to meter.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Write the window's timeline here: per 10 ms of send time, the pings
+    /// sent, how many were slow, the worst round trip and whether it was a
+    /// stall (see `stalls.rs`).
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 /// What every connection records into.
@@ -67,7 +73,8 @@ struct Shared {
     /// The recorded window on the monotonic clock, ns.
     start_ns: u64,
     end_ns: u64,
-    rtt: Mutex<Histogram<u64>>,
+    /// The round-trip histogram, and every ping by send time for the stalls.
+    rtt: Mutex<(Histogram<u64>, Pings)>,
     oneway: Mutex<Histogram<u64>>,
     sent: AtomicU64,
     echoed: AtomicU64,
@@ -108,7 +115,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let shared = Arc::new(Shared {
         start_ns: ns_at(win.start),
         end_ns: ns_at(win.end),
-        rtt: Mutex::new(window::histogram()),
+        rtt: Mutex::new((window::histogram(), Pings::default())),
         oneway: Mutex::new(window::histogram()),
         sent: AtomicU64::new(0),
         echoed: AtomicU64::new(0),
@@ -170,6 +177,10 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let (sent, echoed) = (load(&shared.sent), load(&shared.echoed));
     let announced = load(&shared.announced);
     let errors = lock(&shared.errors).clone();
+    let rtt = lock(&shared.rtt);
+    if let Some(path) = &p.timeline {
+        rtt.1.write(path)?;
+    }
     let mut out = json!({
         "test": "p2p", "target": p.target.to_string(), "conns": p.conns,
         "ramp_s": (ramp_s * 100.0).round() / 100.0, "established": established,
@@ -182,10 +193,8 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
         "proxy_cpu_pct": pct(proxy)?, "client_cpu_pct": pct(client)?,
         "server_cpu_pct": pct(server)?,
     });
-    window::merge(
-        &mut out,
-        prefixed("rtt_", window::percentiles(&lock(&shared.rtt))),
-    );
+    window::merge(&mut out, prefixed("rtt_", window::percentiles(&rtt.0)));
+    window::merge(&mut out, rtt.1.summary());
     window::merge(
         &mut out,
         prefixed("oneway_", window::percentiles(&lock(&shared.oneway))),
@@ -278,7 +287,9 @@ impl Conn {
                         let now = frame::now_ns();
                         match kind {
                             Kind::Echo if sh.in_window(stamp) => {
-                                window::record(&mut lock(&sh.rtt), ns(now - stamp));
+                                let mut rtt = lock(&sh.rtt);
+                                window::record(&mut rtt.0, ns(now - stamp));
+                                rtt.1.record(ns(stamp - sh.start_ns), ns(now - stamp));
                                 sh.echoed.fetch_add(1, Ordering::Relaxed);
                             }
                             Kind::Announce if sh.in_window(now) => {

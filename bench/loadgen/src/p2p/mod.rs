@@ -7,6 +7,7 @@
 mod client;
 mod frame;
 mod server;
+mod stalls;
 
 use std::time::Duration;
 

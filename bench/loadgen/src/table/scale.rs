@@ -58,6 +58,8 @@ fn ratio(r: Option<f64>) -> String {
 }
 
 const RTT: [&str; 3] = ["rtt_p50_us", "rtt_p99_us", "rtt_p999_us"];
+const CALM: [&str; 3] = ["rtt_calm_p50_us", "rtt_calm_p99_us", "rtt_calm_p999_us"];
+const STALLS: [&str; 2] = ["stall_slots", "stall_pings"];
 const ONEWAY: [&str; 3] = ["oneway_p50_us", "oneway_p99_us", "oneway_p999_us"];
 const HEALTH: [&str; 4] = ["established", "connect_errors", "errors", "echo_missing"];
 
@@ -79,8 +81,18 @@ fn p2p(recs: &[Value]) -> anyhow::Result<String> {
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---|")?;
     // (label, fields, whether no proxy has it)
-    let rows: [(&str, &[&str], bool); 6] = [
+    let rows: [(&str, &[&str], bool); 8] = [
         ("round trip p50 / p99 / p99.9, µs", &RTT, true),
+        (
+            "stalls: 10 ms slots where ≥ 90 % of ≥ 10 pings took over 2 ms / pings sent in them",
+            &STALLS,
+            true,
+        ),
+        (
+            "round trip outside the stalls p50 / p99 / p99.9, µs",
+            &CALM,
+            true,
+        ),
         (
             "one-way backend → client p50 / p99 / p99.9, µs",
             &ONEWAY,
