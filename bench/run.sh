@@ -150,6 +150,9 @@ read -r P_IPERF P_ECHO P_CLOSE P_P2P PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE PIN_P
         "files changed in src/: $(git status --porcelain src 2>/dev/null | wc -l)"
     echo "- machine: $NCPU CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), kernel $(uname -r)"
     echo "- HAProxy $HA_VERSION, $(iperf3 --version | head -1), fd limit $NOFILE"
+    # Loopback bulk moves with the congestion control (bench/README.md, "Bulk").
+    echo "- TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)," \
+        "tcp_wmem $(tr '\t' ' ' </proc/sys/net/ipv4/tcp_wmem), tcp_rmem $(tr '\t' ' ' </proc/sys/net/ipv4/tcp_rmem)"
     echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg), niceness $(ps -o ni= -p $$ | tr -d ' ')"
     if [ -n "$THREADS" ]; then
         echo "- threads: $THREADS (\`--threads $THREADS\`): the proxies on CPUs $PROXY_CPUS only" \
