@@ -114,6 +114,35 @@ async fn drive_until(spliced: &mut Splice<'_>, what: &str, cond: impl Fn(&Splice
     }
 }
 
+/// Wait until `sock` has at least a whole [`CHUNK`] to read, so the
+/// splice's first read fills its buffer and the direction goes through a
+/// pipe at once. Without this, a sender the kernel paces (`bbr` sends
+/// loopback segments smaller than a chunk) can be read piecemeal as its
+/// segments arrive, every read short, and the direction never turns bulk.
+/// Waits on readiness (a short peek clears it), not on a timer; returns
+/// with the readiness still set.
+async fn until_a_chunk_is_queued(sock: &TcpStream) {
+    let mut buf = vec![0u8; CHUNK];
+    let queued = async {
+        loop {
+            sock.readable().await.unwrap();
+            let peeked = sock.try_io(Interest::READABLE, || {
+                let n = rustix::net::recv(sock, &mut buf, rustix::net::RecvFlags::PEEK)?.0;
+                if n < CHUNK {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(())
+            });
+            if peeked.is_ok() {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("a whole chunk queued within 10 s");
+}
+
 /// client ↔ proxy's client socket, proxy's backend socket ↔ node, all
 /// with full-size buffers; None (with a notice) when splicing is off.
 async fn piped() -> Option<(TcpStream, TcpStream, TcpStream, TcpStream)> {
@@ -142,6 +171,7 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
         node.write_all(&sent).await.unwrap();
         node.shutdown().await.unwrap();
     });
+    until_a_chunk_is_queued(&proxy_backend).await;
     let stats = BackendStats::default();
     let closer = Closer::new();
     let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
@@ -179,19 +209,22 @@ async fn a_quiet_direction_gives_its_pipe_back() {
         return;
     };
     let data = pattern(LEN);
+    let sent = data.clone();
+    let writer = tokio::spawn(async move {
+        node.write_all(&sent).await.unwrap();
+        node
+    });
+    until_a_chunk_is_queued(&proxy_backend).await;
     let stats = BackendStats::default();
     let closer = Closer::new();
     let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
     let mut got = vec![0u8; LEN];
     let lent_before = pipe::lent_here();
-    let transfer = async {
-        node.write_all(&data).await.unwrap();
-        client.read_exact(&mut got).await.unwrap();
-    };
     tokio::select! {
         _ = &mut spliced => panic!("the splice ended"),
-        () = transfer => {}
+        r = client.read_exact(&mut got) => { r.unwrap(); }
     }
+    let mut node = writer.await.unwrap();
     assert!(got == data);
     assert!(pipe::lent_here() > lent_before, "4 MiB in one go went through a pipe");
     drive_until(&mut spliced, "the pipe given back", |s| s.down.pipe.is_none()).await;
