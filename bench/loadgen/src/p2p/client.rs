@@ -287,9 +287,10 @@ impl Conn {
                         let now = frame::now_ns();
                         match kind {
                             Kind::Echo if sh.in_window(stamp) => {
+                                let took = ns(now - stamp);
                                 let mut rtt = lock(&sh.rtt);
-                                window::record(&mut rtt.0, ns(now - stamp));
-                                rtt.1.record(ns(stamp - sh.start_ns), ns(now - stamp));
+                                window::record(&mut rtt.0, took);
+                                rtt.1.record(ns(stamp - sh.start_ns), took);
                                 sh.echoed.fetch_add(1, Ordering::Relaxed);
                             }
                             Kind::Announce if sh.in_window(now) => {
