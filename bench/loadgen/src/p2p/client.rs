@@ -178,9 +178,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let announced = load(&shared.announced);
     let errors = lock(&shared.errors).clone();
     let rtt = lock(&shared.rtt);
-    if let Some(path) = &p.timeline {
-        rtt.1.write(path)?;
-    }
+    let stalls = rtt.1.summary(p.timeline.as_deref())?;
     let mut out = json!({
         "test": "p2p", "target": p.target.to_string(), "conns": p.conns,
         "ramp_s": (ramp_s * 100.0).round() / 100.0, "established": established,
@@ -194,7 +192,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
         "server_cpu_pct": pct(server)?,
     });
     window::merge(&mut out, prefixed("rtt_", window::percentiles(&rtt.0)));
-    window::merge(&mut out, rtt.1.summary());
+    window::merge(&mut out, stalls);
     window::merge(
         &mut out,
         prefixed("oneway_", window::percentiles(&lock(&shared.oneway))),

@@ -76,9 +76,26 @@ impl Pings {
     }
 
     /// `stall_slots`, `stall_pings` and the round trip of the pings sent
-    /// outside the stall slots as `rtt_calm_p50_us` and so on.
-    pub fn summary(&self) -> Value {
+    /// outside the stall slots as `rtt_calm_p50_us` and so on; with
+    /// `timeline`, also the slots there as text, a line each: `offset_ms
+    /// pings slow worst_us stall`.
+    pub fn summary(&self, timeline: Option<&Path>) -> anyhow::Result<Value> {
         let slots = self.slots();
+        if let Some(path) = timeline {
+            let mut out = format!("# offset_ms pings slow_over_{SLOW_US}us worst_us stall\n");
+            for (i, s) in slots.iter().enumerate() {
+                let ms = i as u64 * SLOT_NS / 1_000_000;
+                let _ = writeln!(
+                    out,
+                    "{ms} {} {} {} {}",
+                    s.pings,
+                    s.slow,
+                    s.worst_us,
+                    u8::from(s.stalled())
+                );
+            }
+            std::fs::write(path, out).with_context(|| format!("write {}", path.display()))?;
+        }
         let mut calm: Histogram<u64> = window::histogram();
         let mut stall_pings = 0u64;
         for &(s, us) in &self.all {
@@ -97,25 +114,7 @@ impl Pings {
                 out[format!("rtt_calm_{k}")] = v;
             }
         }
-        out
-    }
-
-    /// The timeline as text: a line per slot, `offset_ms pings slow
-    /// worst_us stalled`.
-    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        let mut out = format!("# offset_ms pings slow_over_{SLOW_US}us worst_us stall\n");
-        for (i, s) in self.slots().iter().enumerate() {
-            let ms = i as u64 * SLOT_NS / 1_000_000;
-            let _ = writeln!(
-                out,
-                "{ms} {} {} {} {}",
-                s.pings,
-                s.slow,
-                s.worst_us,
-                u8::from(s.stalled())
-            );
-        }
-        std::fs::write(path, out).with_context(|| format!("write {}", path.display()))
+        Ok(out)
     }
 }
 
@@ -143,7 +142,16 @@ mod tests {
                 Duration::from_micros(if i % 2 == 0 { 100 } else { 5_000 }),
             );
         }
-        let s = p.summary();
+        let path =
+            std::env::temp_dir().join(format!("loadgen-timeline-{}.txt", std::process::id()));
+        let s = p.summary(Some(&path)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(
+            lines,
+            ["0 20 0 100 0", "10 20 19 9000 1", "20 20 10 5000 0"]
+        );
         assert_eq!(s["stall_slots"], 1);
         assert_eq!(s["stall_pings"], 20);
         // Outside the stall the worst is slot 2's 5 ms, not the stall's 9 ms.
@@ -157,6 +165,6 @@ mod tests {
         for _ in 0..(STALL_MIN_PINGS - 1) {
             p.record(ms(5), Duration::from_micros(9_000));
         }
-        assert_eq!(p.summary()["stall_slots"], 0);
+        assert_eq!(p.summary(None).unwrap()["stall_slots"], 0);
     }
 }

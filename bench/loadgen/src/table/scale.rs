@@ -386,4 +386,24 @@ mod tests {
         );
         assert!(drain(&recs).unwrap().is_empty());
     }
+
+    #[test]
+    fn stall_rows_show_every_target_and_the_ratio() {
+        let recs = vec![
+            json!({ "case": "p2p", "target": "direct", "round": 1, "stall_slots": 4.0, "stall_pings": 200.0, "rtt_calm_p999_us": 900.0, "conns": 10, "secs": 5 }),
+            json!({ "case": "p2p", "target": "pin-proxy", "round": 1, "stall_slots": 10.0, "stall_pings": 500.0, "rtt_calm_p999_us": 1000.0 }),
+            json!({ "case": "p2p", "target": "haproxy", "round": 1, "stall_slots": 40.0, "stall_pings": 2000.0, "rtt_calm_p999_us": 2000.0 }),
+        ];
+        let text = p2p(&recs).unwrap();
+        assert!(
+            text.contains(
+                "pings sent in them | 4.00 / 200 | 40.0 / 2,000 | 10.0 / 500 | 0.25 / 0.25 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("outside the stalls p50 / p99 / p99.9, µs | – / – / 900 | – / – / 2,000 | – / – / 1,000 | – / – / 0.50 |"),
+            "{text}"
+        );
+    }
 }
