@@ -126,7 +126,12 @@ impl Litecoind {
         let stderr = File::create(dir.path().join("stderr.log"))
             .map_err(|e| StartError::Fatal(format!("create stderr.log: {e}")))?;
         let connect = connect.map_or_else(|| "0".to_string(), |a| a.to_string());
+        // Debian's `litecoind` is a wrapper that makes `~/.litecoin` with a
+        // plain `mkdir` when it is missing: two nodes started at once from a
+        // fresh home race on it and one exits ("File exists"). Each node gets
+        // its own home, inside its own data directory.
         let child = Command::new("litecoind")
+            .env("HOME", dir.path())
             .arg("-regtest")
             .arg(format!("-datadir={}", dir.path().display()))
             .args(["-server=1", "-daemon=0", "-printtoconsole=0"])
