@@ -73,6 +73,7 @@ pub struct ErrorAnswer {
 type Answer = Response<Full<Bytes>>;
 
 /// A request that could not be served, as an HTTP status and a message.
+#[derive(Debug)]
 struct Fail(StatusCode, String);
 
 impl Fail {
@@ -105,8 +106,11 @@ impl Route {
             ["healthz"] => Route::Healthz,
             ["reload"] => Route::Reload,
             ["upgrade"] => Route::Upgrade,
-            ["pools", pool, "backends", backend, action] => {
-                let (pool, backend) = (decode(pool)?, decode(backend)?);
+            // A discovered backend's name holds a `/` (`ltc/10.0.0.1:9333`):
+            // everything between `backends` and the action is the name,
+            // sent as it is or percent-encoded.
+            ["pools", pool, "backends", backend @ .., action] if !backend.is_empty() => {
+                let (pool, backend) = (decode(pool)?, decode(&backend.join("/"))?);
                 match *action {
                     "quarantine" => Route::Quarantine { pool, backend },
                     "release" => Route::Release { pool, backend },

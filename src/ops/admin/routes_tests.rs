@@ -21,6 +21,29 @@ fn routes_parse_and_decode_names() {
         Route::parse("/pools/p/backends/b/other"),
         Ok(None)
     ));
+    assert!(matches!(
+        Route::parse("/pools/p/backends/quarantine"),
+        Ok(None)
+    ));
+}
+
+#[test]
+fn a_discovered_name_routes_with_its_slash_plain_or_encoded() {
+    for path in [
+        "/pools/p/backends/ltc/127.0.0.1:9333/release",
+        "/pools/p/backends/ltc%2F127.0.0.1%3A9333/release",
+    ] {
+        match Route::parse(path) {
+            Ok(Some(Route::Release { pool, backend })) => {
+                assert_eq!((pool.as_str(), backend.as_str()), ("p", "ltc/127.0.0.1:9333"));
+            }
+            other => panic!("{path}: not parsed as a release route: {other:?}"),
+        }
+    }
+    match Route::parse("/pools/p/backends/ltc/[::1]:9333/quarantine") {
+        Ok(Some(Route::Quarantine { backend, .. })) => assert_eq!(backend, "ltc/[::1]:9333"),
+        other => panic!("not parsed as a quarantine route: {other:?}"),
+    }
 }
 
 #[test]
