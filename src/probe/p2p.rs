@@ -167,6 +167,13 @@ impl Peer {
                 break Version::parse(&msg.payload).map_err(|e| Failure::Garbled(e.to_string()))?;
             }
         };
+        // Our own `version` came back: the address echoes, or leads back to
+        // this process. Nothing was learnt about a node.
+        if version.nonce == params.nonce {
+            return Err(Failure::Garbled(
+                "our own version came back (an echo, not a node)".into(),
+            ));
+        }
         let height = u64::try_from(version.start_height).map_err(|_| {
             Failure::Garbled(format!("negative start height {}", version.start_height))
         })?;

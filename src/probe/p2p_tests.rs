@@ -242,6 +242,17 @@ async fn accepted_then_reset_is_down() {
 }
 
 #[tokio::test]
+async fn an_echo_is_unknown() {
+    let addr = fake_node(|s| async move {
+        let (mut rd, mut wr) = s.into_split();
+        let _ = tokio::io::copy(&mut rd, &mut wr).await;
+    })
+    .await;
+    let report = probe(&addr, LTC, SHORT).await;
+    assert_unknown(&report, "our own version came back");
+}
+
+#[tokio::test]
 async fn negative_height_is_unknown() {
     let report = probe(&replying(version_at(LTC, -1)).await, LTC, SHORT).await;
     assert_unknown(&report, "negative start height -1");
