@@ -255,6 +255,8 @@ pub struct BackendHealth {
     /// Last failed connect; orders fail-open attempts and merges one
     /// outage's concurrent failures into one.
     pub last_failure: Option<Instant>,
+    /// Last probe that found the address down (refused or timed out).
+    pub probe_down: Option<Instant>,
     /// Bumped by every change that is not a probe's doing (manual
     /// quarantine, release, client-traffic quarantine), so a probe that
     /// started before it is recognised as stale.
@@ -272,6 +274,7 @@ impl Default for BackendHealth {
             bad_probes: 0,
             good_probes: 0,
             last_failure: None,
+            probe_down: None,
             epoch: 0,
         }
     }
@@ -296,6 +299,12 @@ impl BackendHealth {
             State::Healthy => State::Healthy,
             _ => State::Unknown,
         };
+    }
+
+    /// When a connect to it last failed, a client's or a probe's: fail-open
+    /// attempts go to the least recently failed first.
+    pub fn failed_at(&self) -> Option<Instant> {
+        self.last_failure.max(self.probe_down)
     }
 
     /// Takes new clients.
@@ -394,7 +403,10 @@ impl BackendHealth {
             }
             ProbeOutcome::Unhealthy => QuarantineReason::Unhealthy,
             ProbeOutcome::Lagging => QuarantineReason::Lagging,
-            ProbeOutcome::Down => QuarantineReason::Down,
+            ProbeOutcome::Down => {
+                self.probe_down = Some(now);
+                QuarantineReason::Down
+            }
             ProbeOutcome::Stalled => QuarantineReason::Stalled,
         };
         self.bad_probes += 1;

@@ -256,3 +256,24 @@ fn vocabulary_indices_are_positions_in_all() {
         assert_eq!(r.index(), i, "{r:?}");
     }
 }
+
+#[test]
+fn a_probe_that_found_it_down_orders_fail_open_like_a_failed_connect() {
+    let p = policy();
+    let t0 = Instant::now();
+    let mut probed = BackendHealth::default();
+    let mut dialled = BackendHealth::default();
+    assert_eq!(probed.failed_at(), None);
+    dialled.connect_failed(t0, t0 + S, &p);
+    probed.probe(ProbeOutcome::Down, t0 + 2 * S, &p);
+    assert_eq!(probed.failed_at(), Some(t0 + 2 * S));
+    assert!(dialled.failed_at() < probed.failed_at());
+    // Not down (lagging, unhealthy) is not a failed connect.
+    let mut lagging = BackendHealth::default();
+    lagging.probe(ProbeOutcome::Lagging, t0 + 3 * S, &p);
+    assert_eq!(lagging.failed_at(), None);
+    // The probe does not merge client failures into its incident: a connect
+    // begun before it still counts.
+    probed.connect_failed(t0 + S, t0 + 3 * S, &p);
+    assert_eq!(probed.connect_failures, 1);
+}

@@ -460,7 +460,7 @@ impl Pool {
                 usable: b.health.is_usable(),
                 backup: b.config.backup,
                 live: b.conns.len(),
-                last_failure: b.health.last_failure,
+                last_failure: b.health.failed_at(),
                 tried: tried.contains(&b.id),
             })
             .collect();

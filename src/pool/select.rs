@@ -19,7 +19,7 @@ pub struct Candidate {
     pub backup: bool,
     /// Live client connections (connecting ones included).
     pub live: usize,
-    /// Last failed connect, if any.
+    /// Last failed connect, a client's or a probe's, if any.
     pub last_failure: Option<Instant>,
     /// Already tried (and failed) for this client connection.
     pub tried: bool,
