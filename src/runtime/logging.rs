@@ -1,5 +1,5 @@
 //! Tracing setup: one event per line, JSON (flat objects) or text
-//! (`key=value`), to stdout or a daily-rotated file, through a non-blocking
+//! (`key=value`), to stdout or a daily-rotated file ([`DailyFile`]), through a non-blocking
 //! writer that is flushed when the returned guard drops.
 
 use std::io;
@@ -8,6 +8,7 @@ use anyhow::Context;
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
+use super::logfile::DailyFile;
 use crate::config::{LogConfig, LogFormat};
 
 /// Keeps the log writer alive; dropping it flushes every pending line.
@@ -33,12 +34,14 @@ pub fn init(config: &LogConfig) -> anyhow::Result<LogGuard> {
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(std::path::Path::new("."));
-            let name = path
-                .file_name()
-                .with_context(|| format!("log file {} has no file name", path.display()))?;
+            if path.file_name().is_none() {
+                anyhow::bail!("log file {} has no file name", path.display());
+            }
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("create log directory {}", dir.display()))?;
-            builder.finish(tracing_appender::rolling::daily(dir, name))
+            let file = DailyFile::open(path)
+                .with_context(|| format!("open log file {}", path.display()))?;
+            builder.finish(file)
         }
         None => builder.finish(io::stdout()),
     };

@@ -1,0 +1,105 @@
+//! Unit tests of the daily log file: the path itself, rotation by day, a
+//! file moved away, two writers on one path.
+
+use super::*;
+
+/// 2026-12-02T10:00:00Z.
+const NOW: u64 = 1_796_205_600;
+const NEXT_DAY: u64 = NOW + DAY_SECS;
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+#[test]
+fn lines_go_to_the_configured_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    log.write_at(b"one\n", NOW).unwrap();
+    log.write_at(b"two\n", NOW + 5).unwrap();
+    assert_eq!(read(&path), "one\ntwo\n");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn a_new_day_renames_the_file_to_its_date_and_starts_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    log.write_at(b"tuesday\n", NOW).unwrap();
+    log.write_at(b"wednesday\n", NEXT_DAY).unwrap();
+    assert_eq!(read(&dir.path().join("pin-proxy.log.2026-12-02")), "tuesday\n");
+    assert_eq!(read(&path), "wednesday\n");
+}
+
+#[test]
+fn a_file_from_an_earlier_day_is_rotated_at_the_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    std::fs::write(&path, "before the restart\n").unwrap();
+    let yesterday = UNIX_EPOCH + Duration::from_secs(NOW - DAY_SECS);
+    File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(yesterday)
+        .unwrap();
+    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    log.write_at(b"after\n", NOW).unwrap();
+    assert_eq!(
+        read(&dir.path().join("pin-proxy.log.2026-12-01")),
+        "before the restart\n"
+    );
+    assert_eq!(read(&path), "after\n");
+}
+
+#[test]
+fn a_file_moved_away_is_noticed_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    log.write_at(b"one\n", NOW).unwrap();
+    let moved = dir.path().join("moved.log");
+    std::fs::rename(&path, &moved).unwrap();
+    log.write_at(b"same second\n", NOW).unwrap();
+    log.write_at(b"next second\n", NOW + 1).unwrap();
+    assert_eq!(read(&moved), "one\nsame second\n");
+    assert_eq!(read(&path), "next second\n");
+}
+
+#[test]
+fn two_writers_of_one_path_rotate_it_once() {
+    // The old and the new process of a live upgrade, across midnight.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    let mut old = DailyFile::open_at(&path, NOW).unwrap();
+    let mut new = DailyFile::open_at(&path, NOW).unwrap();
+    old.write_at(b"old 1\n", NOW).unwrap();
+    new.write_at(b"new 1\n", NOW).unwrap();
+    new.write_at(b"new 2\n", NEXT_DAY).unwrap();
+    old.write_at(b"old 2\n", NEXT_DAY).unwrap();
+    assert_eq!(
+        read(&dir.path().join("pin-proxy.log.2026-12-02")),
+        "old 1\nnew 1\n"
+    );
+    assert_eq!(read(&path), "new 2\nold 2\n");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}
+
+#[test]
+fn a_rotation_never_overwrites_a_dated_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    let dated = dir.path().join("pin-proxy.log.2026-12-02");
+    std::fs::write(&dated, "kept\n").unwrap();
+    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    log.write_at(b"tuesday\n", NOW).unwrap();
+    log.write_at(b"wednesday\n", NEXT_DAY).unwrap();
+    assert_eq!(read(&dated), "kept\n");
+    assert_eq!(
+        read(&dir.path().join("pin-proxy.log.2026-12-02.1")),
+        "tuesday\n"
+    );
+    assert_eq!(read(&path), "wednesday\n");
+}
