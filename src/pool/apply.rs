@@ -153,6 +153,15 @@ impl Pool {
         Pool::find(&mut backends, backend).map(|b| b.health.epoch)
     }
 
+    /// True when `backend`'s quarantine window ended (or was released) after
+    /// `since` and is over at `now`: the probes that bring it back are due.
+    pub fn window_ended_since(&self, backend: BackendId, since: Instant, now: Instant) -> bool {
+        let mut backends = self.backends();
+        Pool::find(&mut backends, backend)
+            .and_then(|b| b.health.quarantine)
+            .is_some_and(|q| since < q.until && q.until <= now)
+    }
+
     /// True when `backend`'s claim of `height` counts only once proven: it
     /// would make another backend lag, and no other backend is near it.
     pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {

@@ -48,6 +48,19 @@ struct Subs {
 
 type Subscribers = Arc<Subs>;
 
+/// How often a waiting probe looks for a subscriber's window that ended.
+const WINDOW_CHECK: Duration = Duration::from_secs(1);
+
+impl Subs {
+    /// Whether a subscriber's quarantine window ended after `since`.
+    fn window_ended_since(&self, since: Instant, now: Instant) -> bool {
+        lock(&self.list).iter().any(|(pool, id)| {
+            pool.upgrade()
+                .is_some_and(|p| p.window_ended_since(*id, since, now))
+        })
+    }
+}
+
 /// Owns the probe tasks.
 #[derive(Clone)]
 pub struct Prober {
@@ -144,6 +157,7 @@ impl Prober {
     }
 
     async fn probe_loop(self, key: ProbeKey, url: Option<SecretUrl>, subs: Subscribers) {
+        let mut started = Instant::now();
         loop {
             let Some(live) = self.live_subscribers(&key, &subs) else {
                 return;
@@ -156,6 +170,7 @@ impl Prober {
                     pool.record_self_loop(id, to);
                 }
             } else {
+                started = Instant::now();
                 let report = tokio::select! {
                     () = self.token.cancelled() => return,
                     r = self.run(&key, url.as_ref(), &live) => r,
@@ -165,10 +180,29 @@ impl Prober {
                     pool.apply_probe(id, &report, epoch, now);
                 }
             }
+            if !self.wait_next(&key, &subs, started).await {
+                return;
+            }
+        }
+    }
+
+    /// Wait until the next probe is due: an interval from now, a joining
+    /// backend's bell, or the end of a subscriber's quarantine window (or
+    /// its release) since the last probe began, looked at every
+    /// [`WINDOW_CHECK`]: traffic returns on the `rise` probes right after a
+    /// window, not up to an interval later. False at shutdown.
+    async fn wait_next(&self, key: &ProbeKey, subs: &Subs, started: Instant) -> bool {
+        let due = Instant::now() + key.interval;
+        loop {
+            let step = due.min(Instant::now() + WINDOW_CHECK);
             tokio::select! {
-                () = self.token.cancelled() => return,
-                () = tokio::time::sleep(key.interval) => {}
-                () = subs.now.notified() => {}
+                () = self.token.cancelled() => return false,
+                () = subs.now.notified() => return true,
+                () = tokio::time::sleep_until(step) => {}
+            }
+            let now = Instant::now();
+            if now >= due || subs.window_ended_since(started, now) {
+                return true;
             }
         }
     }

@@ -291,3 +291,31 @@ async fn backends_released_together_keep_the_last_leg() {
     proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
     proxy.stop().await;
 }
+
+/// The probes that bring a backend back run when its window ends or it is
+/// released, not up to an interval later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_window_and_a_release_are_probed_at_once() {
+    const WINDOW: Duration = Duration::from_millis(300);
+    let a = sim(100).await;
+    // An interval far beyond the test: only the end of a window probes.
+    let proxy = Running::start(&yaml(&[&a], "1h", "300ms"));
+    proxy.wait_state("a", "healthy").await;
+    let passed = proxy.probes("a", ProbeOutcome::Healthy);
+
+    let start = Instant::now();
+    proxy.pool().quarantine("a", WINDOW).unwrap();
+    proxy.wait_state("a", "healthy").await;
+    assert!(start.elapsed() >= WINDOW, "back before its window ended");
+    assert_eq!(proxy.probes("a", ProbeOutcome::Healthy), passed + 1);
+
+    proxy
+        .pool()
+        .quarantine("a", Duration::from_secs(3600))
+        .unwrap();
+    assert_eq!(proxy.state("a"), "quarantined");
+    assert_eq!(proxy.pool().release("a"), Ok(true));
+    proxy.wait_state("a", "healthy").await;
+    assert_eq!(proxy.probes("a", ProbeOutcome::Healthy), passed + 2);
+    proxy.stop().await;
+}
