@@ -302,6 +302,36 @@ pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<
     Ok((bytes.len() as u64 <= max).then_some(bytes))
 }
 
+/// An error naming what `path` is when it is there and not a regular file
+/// (symbolic links followed): a device, a FIFO, a directory.
+pub(crate) fn regular_or_missing(path: &Path) -> std::io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({})", file_kind(&meta)),
+        )),
+        // Missing, or out of reach: opening it tells.
+        _ => Ok(()),
+    }
+}
+
+/// What a file that is not a regular one is, in a word.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// The file's text, refusing one over [`MAX_FILE_BYTES`] without reading
 /// more than that.
 fn read_capped(path: &Path) -> Result<String, ConfigError> {

@@ -17,7 +17,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::read_bounded;
+use crate::config::{read_bounded, regular_or_missing};
 use crate::ops::control::Control;
 use crate::pool::health::QuarantineReason;
 use crate::pool::registry::Pool;
@@ -199,6 +199,10 @@ fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
 /// # Errors
 /// Why it cannot be used; the caller starts clean.
 pub fn load(path: &Path) -> Result<SavedState, LoadError> {
+    // A device or a FIFO is never opened: a FIFO would block the start.
+    if let Err(e) = regular_or_missing(path) {
+        return Err(LoadError::Unreadable(e));
+    }
     match read_bounded(path, MAX_BYTES) {
         Ok(Some(bytes)) => decode(&bytes),
         Ok(None) => Err(LoadError::TooLarge),
@@ -234,6 +238,9 @@ pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(
         let path = at.to_owned();
         move |source| SaveError { step, path, source }
     };
+    // Never rename over a device (`/dev/null` given to turn it off) or a
+    // FIFO: only a regular file, or nothing, is replaced.
+    regular_or_missing(path).map_err(failed("replace", path))?;
     let bytes = encode(state, written_at)
         .map_err(|e| failed("encode", path)(std::io::Error::other(e)))?;
     let written = (|| {

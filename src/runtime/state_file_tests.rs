@@ -1,6 +1,7 @@
 //! The state file: its round trip, every way a file is refused, the atomic
 //! save, and the writer's pace (under paused time: deterministic).
 
+use std::os::unix::fs::FileTypeExt;
 use std::time::UNIX_EPOCH;
 
 use tokio::sync::mpsc;
@@ -114,11 +115,11 @@ fn load_ok(path: &Path, bytes: &[u8]) -> SavedState {
 #[test]
 fn a_failed_save_leaves_the_old_file_and_no_temporary_one() {
     let dir = tempfile::tempdir().unwrap();
-    // A directory in the way of the rename.
+    // A directory in the way: never replaced.
     let path = dir.path().join("state.json");
     fs::create_dir(&path).unwrap();
     let e = save(&path, &SavedState::default(), SystemTime::now()).unwrap_err();
-    assert!(e.to_string().starts_with("rename over"), "{e}");
+    assert!(e.to_string().starts_with("replace"), "{e}");
     assert_eq!(names(dir.path()), ["state.json"]);
     // No directory at all.
     let path = dir.path().join("missing/state.json");
@@ -210,4 +211,25 @@ async fn a_failed_write_is_retried_without_a_further_change() {
     until_shown(&path, "a").await;
     token.cancel();
     task.await.unwrap();
+}
+
+#[test]
+fn a_fifo_or_a_device_is_neither_opened_nor_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("state.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    // Opening a FIFO for reading would wait for a writer: refused first.
+    let e = load(&fifo).unwrap_err();
+    assert!(e.to_string().contains("not a regular file (a FIFO)"), "{e}");
+    assert_eq!(e.as_str(), "unreadable");
+    let e = save(&fifo, &SavedState::default(), SystemTime::now()).unwrap_err();
+    assert!(e.to_string().contains("a FIFO"), "{e}");
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    // `/dev/null` to turn it off: read as nothing useful, never replaced.
+    let null = Path::new("/dev/null");
+    assert!(matches!(load(null), Err(LoadError::Unreadable(_))));
+    let e = save(null, &SavedState::default(), SystemTime::now()).unwrap_err();
+    assert!(e.to_string().contains("a device"), "{e}");
+    assert_eq!(names(dir.path()), ["state.fifo"], "no temporary file left");
 }

@@ -4,9 +4,11 @@
 //! state across restarts without its state file (a warning).
 
 use std::fs::OpenOptions;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::error::{Invalid, invalid};
+use crate::config::regular_or_missing;
 
 /// The directory of `file` (the value of config key `key`, which holds
 /// `what` files: "log", "state") exists and takes new files, or can be
@@ -14,6 +16,12 @@ use super::error::{Invalid, invalid};
 /// removing a uniquely named file there: permission bits alone do not tell
 /// (root, read-only mounts, ACLs). Creates no directory.
 pub(super) fn check(file: &Path, key: &str, what: &str) -> Result<(), Invalid> {
+    if file.as_os_str().as_bytes().contains(&0) {
+        return invalid(key, "the path holds a NUL byte");
+    }
+    if let Err(e) = regular_or_missing(file) {
+        return invalid(key, format!("{}: {e}", file.display()));
+    }
     let dir = file
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -63,6 +71,24 @@ mod tests {
         check(&deep, "log.file", "log").unwrap();
         assert!(!tmp.path().join("a").exists(), "check creates nothing");
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_device_a_socket_a_directory_or_a_nul_byte_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("socket");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        for (path, says) in [
+            (Path::new("/dev/null"), "a device"),
+            (socket.as_path(), "a socket"),
+            (tmp.path(), "a directory"),
+        ] {
+            let err = check(path, "state_file", "state").unwrap_err();
+            assert!(err.message.contains(says), "{path:?}: {}", err.message);
+        }
+        let nul = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/a\0b"));
+        let err = check(nul, "log.file", "log").unwrap_err();
+        assert!(err.message.contains("NUL"), "{}", err.message);
     }
 
     #[test]
