@@ -127,6 +127,11 @@ impl Closer {
         self.state.fetch_or(SPLICED, Ordering::AcqRel);
     }
 
+    /// True once spliced, closing or not.
+    pub fn is_spliced(&self) -> bool {
+        self.state.load(Ordering::Acquire) & SPLICED != 0
+    }
+
     /// True once spliced and not yet asked to close: what drain and
     /// rebalance may act on.
     pub fn is_movable(&self) -> bool {

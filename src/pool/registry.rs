@@ -445,6 +445,20 @@ impl Pool {
         self.clients.load(Ordering::Acquire)
     }
 
+    /// Client connections admitted and not spliced yet: being accepted,
+    /// connecting to a backend or failing over. O(connections).
+    pub fn connecting(&self) -> usize {
+        let m = self.backends();
+        let spliced = m
+            .active
+            .iter()
+            .chain(&m.leaving)
+            .flat_map(|b| b.conns.values())
+            .filter(|e| e.closer.is_spliced())
+            .count();
+        self.clients().saturating_sub(spliced)
+    }
+
     /// Choose the next backend for connection `conn` and register it there.
     /// `tried` lists backends that already failed for this connection.
     pub fn reserve(

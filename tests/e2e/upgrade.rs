@@ -3,6 +3,7 @@
 //! `failures` covers the upgrades that must change nothing, `health` the
 //! state that goes over, `notify` what systemd is told.
 
+mod connecting;
 mod exact;
 mod failures;
 mod health;

@@ -1,6 +1,7 @@
 //! The running process's live upgrade: start the binary it was started
-//! from, hand it the listeners and state, and once it serves, freeze every
-//! connection and hand those over too. Until the new process serves
+//! from, hand it the listeners and state, and once it serves, let the
+//! connections still connecting finish, then freeze every connection and
+//! hand those over too. Until the new process serves
 //! nothing has changed here; after that, a failure takes every frozen
 //! connection back and accepts again, so either way no client notices.
 
@@ -18,6 +19,9 @@ use crate::ops::control::{UpgradeError, Upgraded};
 use crate::runtime::handover::protocol::{CarriedListener, Inheritance, Owner};
 use crate::runtime::handover::successor::Successor;
 use crate::runtime::notify;
+
+/// How often the wait for connections still connecting looks again.
+const SETTLE_POLL: Duration = Duration::from_millis(10);
 
 impl Server {
     /// Run one live upgrade; logs `upgrade_started`, then `upgraded` or
@@ -63,7 +67,9 @@ impl Server {
         for run in &mut self.pools {
             stop_accepting(run).await;
         }
-        let frozen = self.freeze_all().await;
+        let give_up = Instant::now() + self.longest_connect() + Duration::from_secs(1);
+        self.settle(give_up).await;
+        let frozen = self.freeze_all(give_up).await;
         match next.hand_over(&frozen, timeout).await {
             Ok(connections) => Ok(Upgraded {
                 pid: next.pid(),
@@ -96,24 +102,43 @@ impl Server {
         (listeners, fds)
     }
 
-    /// Stop every connection for the handover and collect them: spliced
-    /// ones at once, connecting ones once their connect is done (or has
-    /// failed over), bounded by the longest connect a pool allows.
-    async fn freeze_all(&mut self) -> Vec<Frozen> {
-        let mut rx = self.shared.freezer.arm();
-        for run in &self.pools {
-            run.pool.begin_handover();
-        }
-        let longest = self
-            .pools
+    /// The longest a client connection may take to connect, failing over
+    /// through every backend of its pool.
+    fn longest_connect(&self) -> Duration {
+        self.pools
             .iter()
             .map(|run| {
                 let c = run.pool.config();
                 c.connect_timeout * (c.backends.len() as u32 + 1)
             })
             .max()
-            .unwrap_or_default();
-        let give_up = Instant::now() + longest + Duration::from_secs(1);
+            .unwrap_or_default()
+    }
+
+    /// Let the connections still connecting finish (or fail over) before
+    /// anything is frozen, so the spliced ones keep moving bytes meanwhile
+    /// instead of waiting, frozen, for someone else's connect; until
+    /// `give_up`. Nothing new arrives: accepting has stopped.
+    async fn settle(&self, give_up: Instant) {
+        let connecting = || -> usize { self.pools.iter().map(|run| run.pool.connecting()).sum() };
+        let waiting = connecting();
+        if waiting == 0 {
+            return;
+        }
+        info!(connections = waiting, "handover_waiting");
+        while connecting() > 0 && Instant::now() < give_up {
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    /// Stop every connection for the handover and collect them: spliced
+    /// ones at once, connecting ones once their connect is done (or has
+    /// failed over), until `give_up`.
+    async fn freeze_all(&mut self, give_up: Instant) -> Vec<Frozen> {
+        let mut rx = self.shared.freezer.arm();
+        for run in &self.pools {
+            run.pool.begin_handover();
+        }
         let mut frozen = Vec::new();
         loop {
             while let Ok(f) = rx.try_recv() {

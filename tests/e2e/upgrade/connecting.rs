@@ -1,0 +1,70 @@
+//! A client still connecting when an upgrade begins finishes (or fails
+//! over) in the old process, and meanwhile the spliced connections go on
+//! moving bytes: nobody waits, frozen, for someone else's connect.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Bin, T, upgrade};
+use crate::support::nodes::{BlackHole, Node, echo_client};
+use crate::support::proxy::Proxy;
+use crate::support::within;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spliced_connections_keep_moving_while_a_connect_finishes_in_the_old_process() {
+    let node = Node::echo().await;
+    let hole = BlackHole::new();
+    // Pool `q`'s only backend takes no handshake: its client connects for
+    // the whole connect_timeout (probes off, so nothing marks it down first).
+    let yaml = format!(
+        "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  \
+         - name: p\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
+           health: {{ probe: connect, interval: 1h }}\n    \
+           backends: [{{ name: n, addr: \"{}\" }}]\n  \
+         - name: q\n    listen: 127.0.0.1:0\n    connect_timeout: 4s\n    \
+           rebalance: {{ interval: 0s }}\n    health: {{ probe: connect, interval: 1h }}\n    \
+           backends: [{{ name: h, addr: \"{}\" }}]\n",
+        node.addr, hole.addr
+    );
+    let bin = Bin::new();
+    let proxy = Proxy::start_from(bin.path(), &yaml, &[]).await;
+    let mut spliced = echo_client(proxy.addr("p")).await;
+    let mut connecting = TcpStream::connect(proxy.addr("q")).await.unwrap();
+    proxy
+        .wait_event(|e| e["message"] == "accepted" && e["pool"] == "q", T)
+        .await;
+
+    let up = upgrade(&proxy);
+    tokio::pin!(up);
+    let echoed = async {
+        proxy
+            .wait_event(|e| e["message"] == "handover_waiting", T)
+            .await;
+        spliced.write_all(b"during").await.unwrap();
+        let mut back = [0u8; 6];
+        spliced.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"during");
+    };
+    tokio::select! {
+        done = &mut up => panic!("the upgrade ended before the spliced client got its echo: {done:?}"),
+        () = within("an echo while a connect is pending", T, echoed) => {}
+    }
+    let (code, out, err) = up.await;
+    assert_eq!(code, Some(0), "upgrade failed: {out} {err}");
+
+    // The spliced client went over to the new process and still echoes.
+    spliced.write_all(b"after!").await.unwrap();
+    let mut back = [0u8; 6];
+    within(
+        "an echo after the upgrade",
+        T,
+        spliced.read_exact(&mut back),
+    )
+    .await
+    .unwrap();
+    assert_eq!(&back, b"after!");
+    // The pending one failed over in the old process (nowhere to go): closed.
+    let mut buf = [0u8; 1];
+    let read = within("the pending client closed", T, connecting.read(&mut buf)).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}
