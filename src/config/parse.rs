@@ -64,6 +64,11 @@ const UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Parse and validate config text; `file` only names the file in errors.
 pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    // The YAML scanner's cost grows much faster than the depth of nested
+    // flow collections (seconds at 30,000 levels, days at the size limit).
+    if let Some(at) = too_deep(text, MAX_FLOW_DEPTH) {
+        return Err(ConfigError::too_deep(file, MAX_FLOW_DEPTH, at));
+    }
     let read = |text: &str| -> Result<Config, ConfigError> {
         let de = serde_yaml::Deserializer::from_str(text);
         let raw: RawFile = serde_path_to_error::deserialize(de)
@@ -75,6 +80,35 @@ pub(super) fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         Err(first) => compat::quote_flow_ipv6(text).map_or(Err(first), |repaired| read(&repaired)),
         ok => ok,
     }
+}
+
+/// The longest keepalive budget (`TCP_USER_TIMEOUT`, milliseconds in an
+/// `int`).
+const MAX_USER_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// Deepest nesting of `[` and `{` accepted: a config needs three or four.
+const MAX_FLOW_DEPTH: usize = 256;
+
+/// Where (line, column, from 1) `[` and `{` first nest deeper than `limit`,
+/// counting every bracket, quoted or not: no real file comes near, and an
+/// over-count cannot be hidden from it.
+fn too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
+    let mut depth = 0usize;
+    for (row, line) in text.lines().enumerate() {
+        for (col, c) in line.chars().enumerate() {
+            match c {
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > limit {
+                        return Some((row + 1, col + 1));
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    None
 }
 
 /// The rules that need the host rather than the text alone: a backend that
@@ -249,9 +283,30 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
     };
     let max_path = quarantine_path("max", |q| q.max.is_some());
     let base_path = quarantine_path("base", |q| q.base.is_some());
+    let keepalive_path = if own.keepalive.is_some() {
+        format!("{at}.keepalive")
+    } else {
+        "defaults.keepalive".to_owned()
+    };
     let s = own.or(defaults.clone());
 
     let keepalive = s.keepalive.unwrap_or_default();
+    let keepalive = KeepaliveConfig {
+        idle: keepalive.idle.map_or(KEEPALIVE_IDLE, |d| d.0),
+        interval: keepalive.interval.map_or(KEEPALIVE_INTERVAL, |d| d.0),
+        count: keepalive.count.map_or(KEEPALIVE_COUNT, |c| c.0),
+    };
+    // TCP_USER_TIMEOUT is a millisecond count in a C int.
+    if keepalive.user_timeout() > MAX_USER_TIMEOUT {
+        return invalid(
+            keepalive_path,
+            format!(
+                "idle + interval x count is {}, over the kernel's limit of {} (24 days)",
+                super::span(keepalive.user_timeout()),
+                super::span(MAX_USER_TIMEOUT)
+            ),
+        );
+    }
     let rebalance = s.rebalance.unwrap_or_default();
     let q = s.quarantine.unwrap_or_default();
     let quarantine = QuarantineConfig {
@@ -282,11 +337,7 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
             .allow
             .map_or_else(Vec::new, |l| l.items.iter().map(|c| c.0).collect()),
         connect_timeout: s.connect_timeout.map_or(CONNECT_TIMEOUT, |d| d.0),
-        keepalive: KeepaliveConfig {
-            idle: keepalive.idle.map_or(KEEPALIVE_IDLE, |d| d.0),
-            interval: keepalive.interval.map_or(KEEPALIVE_INTERVAL, |d| d.0),
-            count: keepalive.count.map_or(KEEPALIVE_COUNT, |c| c.0),
-        },
+        keepalive,
         idle_timeout: s.idle_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
         max_connections: s.max_connections.map_or(MAX_CONNECTIONS, NonZeroUsize::get),
         max_connections_per_source: s.max_connections_per_source.filter(|&n| n > 0),

@@ -52,6 +52,14 @@ impl ConfigError {
         ConfigError::new(file, None, &message, None)
     }
 
+    /// Flow collections (`[` `{`) nested deeper than `limit`, first at
+    /// `line_column`.
+    pub(crate) fn too_deep(file: &Path, limit: usize, line_column: (usize, usize)) -> ConfigError {
+        let message =
+            format!("`[` and `{{` nested more than {limit} levels deep; a config file never is");
+        ConfigError::new(file, None, &message, Some(line_column))
+    }
+
     /// A syntax or type error from serde_yaml, with the path serde_path_to_error tracked.
     pub(super) fn from_serde(
         file: &Path,
@@ -89,8 +97,8 @@ impl ConfigError {
     ) -> ConfigError {
         ConfigError {
             file: file.to_owned(),
-            path: path.map(|p| redact(&p)),
-            message: redact(message),
+            path: path.map(|p| clip(&redact(&p))),
+            message: clip(&redact(message)),
             line_column,
         }
     }
@@ -200,6 +208,22 @@ fn redact_token(token: &str) -> String {
         out.push_str("?***");
     }
     out
+}
+
+/// The longest path or message kept: an error echoes input (a key, a
+/// value), and a huge one must not make a huge log line.
+const MAX_ECHO: usize = 512;
+
+/// `text`, cut to [`MAX_ECHO`] bytes (on a character boundary) with `…`.
+fn clip(text: &str) -> String {
+    if text.len() <= MAX_ECHO {
+        return text.to_owned();
+    }
+    let mut end = MAX_ECHO;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]

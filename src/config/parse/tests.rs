@@ -512,3 +512,57 @@ fn discover_entries_and_discovery_settings_are_read() {
     assert_eq!(plain.pools[0].discovery.hold, Duration::from_secs(300));
     assert_eq!(plain.pools[0].discovery.resolver, None);
 }
+
+#[test]
+fn flow_nesting_beyond_the_limit_is_refused_before_parsing() {
+    let deep = |n: usize| format!("{POOL}x: {}{}\n", "[".repeat(n), "]".repeat(n));
+    // At the limit it parses (and fails on the unknown key, as it should).
+    let e = err(&deep(256));
+    assert!(e.message().contains("unknown field `x`"), "{e}");
+    // Beyond it: refused where it went too deep, at once even when huge.
+    for n in [257, 1_000_000] {
+        let e = err(&deep(n));
+        assert!(e.message().contains("more than 256 levels"), "{e}");
+        assert_eq!(e.line_column(), Some((5, 260)), "{e}");
+    }
+    // Balanced brackets in values never add up.
+    ok(&format!("{POOL}{}", "# [x] {y} [[z]]\n".repeat(1000)));
+}
+
+#[test]
+fn an_error_echoes_at_most_512_bytes_of_its_input() {
+    let name = "K".repeat(3 << 20);
+    let e = err(&format!(
+        "pools:\n  - name: \"{name}\"\n    listen: 127.0.0.1:1\n    backends: [h:1]\n"
+    ));
+    let shown = e.to_string();
+    assert!(shown.len() < 2048, "{} bytes", shown.len());
+    assert!(
+        e.message().starts_with("pool name `KKK"),
+        "{}",
+        clipped(&shown)
+    );
+    assert!(e.message().ends_with('…'), "{}", clipped(&shown));
+}
+
+fn clipped(text: &str) -> &str {
+    text.get(..200).unwrap_or(text)
+}
+
+#[test]
+fn a_keepalive_budget_beyond_the_kernels_limit_is_refused() {
+    // 16000 s x 127: 23.5 days, taken; 17000 s x 127: 25 days, over i32 ms.
+    ok(&format!(
+        "defaults:\n  keepalive: {{ idle: 60s, interval: 16000s, count: 127 }}\n{POOL}"
+    ));
+    rejects(
+        &format!("defaults:\n  keepalive: {{ idle: 60s, interval: 17000s, count: 127 }}\n{POOL}"),
+        "defaults.keepalive",
+        "over the kernel's limit",
+    );
+    rejects(
+        &pool_with("    keepalive: { interval: 17000s, count: 127 }\n"),
+        "pools[0].keepalive",
+        "over the kernel's limit",
+    );
+}

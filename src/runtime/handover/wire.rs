@@ -24,6 +24,10 @@ pub const DATAGRAM: usize = 60 * 1024;
 /// Descriptors per datagram (the kernel takes at most 253).
 pub const FDS_PER_DATAGRAM: usize = 240;
 const HEAD: usize = 2;
+/// Largest message body taken: far above the biggest batch of
+/// connections (100, each with at most a chunk held each way), and a peer
+/// that never ends its message cannot make this process grow without end.
+pub const MAX_MESSAGE: usize = 64 << 20;
 
 /// One received message.
 #[derive(Debug)]
@@ -155,6 +159,11 @@ impl Channel {
     /// `UnexpectedEof` when the peer has gone; `InvalidData` for a
     /// truncated or mistagged datagram; the socket's errors.
     pub async fn recv(&self) -> io::Result<Message> {
+        self.recv_within(MAX_MESSAGE).await
+    }
+
+    /// [`Channel::recv`] with a message body of at most `max` bytes.
+    async fn recv_within(&self, max: usize) -> io::Result<Message> {
         let mut buf = vec![0u8; DATAGRAM];
         let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
         let mut message: Option<Message> = None;
@@ -191,6 +200,9 @@ impl Channel {
             });
             if m.tag != tag {
                 return Err(invalid("handover message interleaved with another"));
+            }
+            if m.body.len() + (n - HEAD) > max {
+                return Err(invalid("handover message larger than its limit"));
             }
             m.body.extend_from_slice(&buf[HEAD..n]);
             m.fds.append(&mut fds);
@@ -257,6 +269,26 @@ mod tests {
         drop(client);
         let gone = server.recv().await.unwrap_err();
         assert_eq!(gone.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[tokio::test]
+    async fn a_message_that_never_ends_is_refused_at_its_limit() {
+        let rendezvous = Rendezvous::bind().unwrap();
+        let client = Channel::connect(rendezvous.name()).unwrap();
+        let server = rendezvous.accept_from(std::process::id()).await.unwrap();
+        let limit = DATAGRAM * 3;
+        let body = vec![7u8; limit + 1];
+        let (sent, got) = tokio::join!(client.send(b'C', &body, &[]), server.recv_within(limit));
+        let err = got.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert!(err.to_string().contains("larger than its limit"), "{err}");
+        // The sender is left with a reader that stopped: it may or may not
+        // have finished writing; either way nothing grew past the limit.
+        drop(sent);
+        let exact = vec![7u8; limit];
+        let (sent, got) = tokio::join!(client.send(b'D', &exact, &[]), server.recv_within(limit));
+        sent.unwrap();
+        assert_eq!(got.unwrap().body.len(), limit);
     }
 
     #[tokio::test]
