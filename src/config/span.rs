@@ -6,9 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-/// `d` in days, hours, minutes, seconds and milliseconds, the units that
-/// are not zero, largest first (`0s` for zero). Below a millisecond is
-/// dropped.
+/// `d` in days, hours, minutes, seconds, milliseconds, microseconds and
+/// nanoseconds, the units that are not zero, largest first (`0s` for
+/// zero): a value below a millisecond never reads as `0s`.
 pub fn span(d: Duration) -> Span {
     Span(d)
 }
@@ -26,6 +26,8 @@ impl fmt::Display for Span {
             (secs / 60 % 60, "m"),
             (secs % 60, "s"),
             (u64::from(self.0.subsec_millis()), "ms"),
+            (u64::from(self.0.subsec_micros() % 1_000), "us"),
+            (u64::from(self.0.subsec_nanos() % 1_000), "ns"),
         ];
         let mut first = true;
         for (n, unit) in parts.into_iter().filter(|(n, _)| *n > 0) {
@@ -50,7 +52,9 @@ mod tests {
     fn whole_units_largest_first() {
         let cases = [
             (Duration::ZERO, "0s"),
-            (Duration::from_micros(400), "0s"),
+            (Duration::from_micros(400), "400us"),
+            (Duration::from_nanos(1), "1ns"),
+            (Duration::from_nanos(1_500_001), "1ms 500us 1ns"),
             (Duration::from_millis(250), "250ms"),
             (Duration::from_millis(1_500), "1s 500ms"),
             (Duration::from_secs(600), "10m"),

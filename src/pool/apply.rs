@@ -48,14 +48,14 @@ fn claims(backends: &[Backend], except: BackendId) -> Vec<Claim> {
 }
 
 /// The detail of a claim that does not count.
-fn unproven(height: u64, best_other: u64, max_lag: u64, proof: &Proof) -> String {
+fn unproven(height: u64, lowest_other: u64, max_lag: u64, proof: &Proof) -> String {
     let why = match proof {
         Proof::Unproven(why) => why.as_str(),
         Proof::Proven | Proof::NotAsked => "no headers were checked",
     };
     format!(
-        "height {height} not counted: more than {max_lag} blocks above every other backend \
-         (best {best_other}) and not proven: {why}"
+        "height {height} not counted: more than {max_lag} blocks above another backend \
+         (at {lowest_other}), near none, and not proven: {why}"
     )
 }
 
@@ -198,8 +198,8 @@ impl Pool {
                 .map(|h| (h, lag::judge(h, b.proven, &others, max_lag)))
             {
                 Some((_, Judgement::Lagging { .. })) => ProbeOutcome::Lagging,
-                Some((h, Judgement::Unproven { best_other })) => {
-                    detail = Some(unproven(h, best_other, max_lag, &report.proof));
+                Some((h, Judgement::Unproven { lowest_other })) => {
+                    detail = Some(unproven(h, lowest_other, max_lag, &report.proof));
                     ProbeOutcome::Unknown
                 }
                 Some((_, Judgement::Fine)) | None => ProbeOutcome::Healthy,

@@ -28,11 +28,11 @@ pub enum Judgement {
         /// The corroborated or proven height it trails.
         reference: u64,
     },
-    /// Ahead of every other backend by more than `max_lag_blocks`, alone,
-    /// and not proven: it must not count, and its state says so.
+    /// More than `max_lag_blocks` above another backend, near none, and
+    /// not proven: it must not count, and its state says so.
     Unproven {
-        /// The best height of the others.
-        best_other: u64,
+        /// The lowest height of the others: the one it would make lag.
+        lowest_other: u64,
     },
 }
 
@@ -60,8 +60,8 @@ pub fn judge(height: u64, proven: bool, others: &[Claim], max_lag: u64) -> Judge
         return Judgement::Lagging { reference };
     }
     if !proven && needs_proof(height, others, max_lag) {
-        let best_other = others.iter().map(|c| c.height).max().unwrap_or(0);
-        return Judgement::Unproven { best_other };
+        let lowest_other = others.iter().map(|c| c.height).min().unwrap_or(0);
+        return Judgement::Unproven { lowest_other };
     }
     Judgement::Fine
 }
@@ -122,11 +122,16 @@ mod tests {
     fn the_liar_itself_is_unproven() {
         assert_eq!(
             judge(LIAR, false, &[at(20), at(20)], LAG),
-            Judgement::Unproven { best_other: 20 }
+            Judgement::Unproven { lowest_other: 20 }
         );
         assert_eq!(
             judge(1010, false, &[at(1000)], LAG),
-            Judgement::Unproven { best_other: 1000 }
+            Judgement::Unproven { lowest_other: 1000 }
+        );
+        // Far above one, far below another: named by the one it would drain.
+        assert_eq!(
+            judge(1000, false, &[at(20), at(LIAR)], LAG),
+            Judgement::Unproven { lowest_other: 20 }
         );
         // Proven, it is fine (and the others then trail it).
         assert_eq!(judge(1010, true, &[at(1000)], LAG), Judgement::Fine);
