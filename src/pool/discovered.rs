@@ -10,7 +10,7 @@
 //! its health record. Membership changes go through the same path as a
 //! reload ([`Pool::set_members`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -28,8 +28,9 @@ pub(in crate::pool) struct Source {
     /// The entry, as configured now.
     pub(in crate::pool) config: DiscoverConfig,
     /// Its members by key (the name after `<entry>/`), with the last time
-    /// a successful answer named them.
-    pub(in crate::pool) members: BTreeMap<String, (Found, Instant)>,
+    /// a successful answer named them and, once one did not, the time of
+    /// the first successful answer that left them out.
+    pub(in crate::pool) members: BTreeMap<String, (Found, Instant, Option<Instant>)>,
     /// A lookup has succeeded since the entry was configured.
     pub(in crate::pool) answered: bool,
     /// The last lookup: when, and why it failed (`None`: it succeeded).
@@ -82,6 +83,15 @@ pub struct CarriedMember {
     pub found: Found,
     /// Milliseconds since a successful answer last named it.
     pub seen_ms_ago: u64,
+    /// Milliseconds since the first successful answer that left it out,
+    /// if the last one did (absent from a process that did not keep it:
+    /// counted from the next answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_ms_ago: Option<u64>,
+}
+
+fn ms_ago(now: Instant, at: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The backends `config` and `sources` make: the static ones in config
@@ -92,7 +102,7 @@ pub(in crate::pool) fn wanted(config: &PoolConfig, sources: &[Source]) -> Vec<Ba
         let Some(source) = sources.iter().find(|s| s.config.name == entry.name) else {
             continue;
         };
-        out.extend(source.members.values().map(|(f, _)| entry.member(f)));
+        out.extend(source.members.values().map(|(f, ..)| entry.member(f)));
     }
     out
 }
@@ -114,31 +124,37 @@ pub(in crate::pool) fn follow(config: &PoolConfig, old: Vec<Source>) -> Vec<Sour
         .collect()
 }
 
-/// Put `found` into `source` at `now`; drop members missing for `hold`.
-/// True when the set of members (or one's address) changed.
+/// Put `found` into `source` at `now`; drop members that successful
+/// answers have left out for `hold` (time without an answer, a DNS
+/// outage, does not count). True when the set of members (or one's
+/// address) changed.
 fn merge(source: &mut Source, found: Vec<Found>, now: Instant, hold: Duration) -> bool {
     let mut changed = false;
-    let mut named = Vec::with_capacity(found.len());
+    let named: BTreeSet<String> = found.iter().map(|f| f.key.clone()).collect();
     for f in found {
-        named.push(f.key.clone());
         match source.members.get_mut(&f.key) {
-            Some((known, seen)) => {
+            Some((known, seen, missing)) => {
                 *seen = now;
+                *missing = None;
                 if *known != f {
                     *known = f;
                     changed = true;
                 }
             }
             None => {
-                source.members.insert(f.key.clone(), (f, now));
+                source.members.insert(f.key.clone(), (f, now, None));
                 changed = true;
             }
         }
     }
     let before = source.members.len();
-    source
-        .members
-        .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < hold);
+    source.members.retain(|key, (_, _, missing)| {
+        if named.contains(key) {
+            return true;
+        }
+        let since = *missing.get_or_insert(now);
+        now.saturating_duration_since(since) < hold
+    });
     source.answered = true;
     source.last_lookup = Some((SystemTime::now(), None));
     source.lookups.0 += 1;
@@ -213,9 +229,10 @@ impl Pool {
                 members: s
                     .members
                     .values()
-                    .map(|(found, seen)| CarriedMember {
+                    .map(|(found, seen, missing)| CarriedMember {
                         found: found.clone(),
-                        seen_ms_ago: now.saturating_duration_since(*seen).as_millis() as u64,
+                        seen_ms_ago: ms_ago(now, *seen),
+                        missing_ms_ago: missing.map(|at| ms_ago(now, at)),
                     })
                     .collect(),
             })
@@ -236,13 +253,13 @@ impl Pool {
             else {
                 continue;
             };
+            let at = |ms: u64| now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
             for member in &c.members {
-                let seen = now
-                    .checked_sub(Duration::from_millis(member.seen_ms_ago))
-                    .unwrap_or(now);
+                let seen = at(member.seen_ms_ago);
+                let missing = member.missing_ms_ago.map(at);
                 source
                     .members
-                    .insert(member.found.key.clone(), (member.found.clone(), seen));
+                    .insert(member.found.key.clone(), (member.found.clone(), seen, missing));
             }
             source.answered = true;
             taken += c.members.len();
@@ -259,7 +276,7 @@ impl Pool {
             .sources
             .iter()
             .find(|s| s.config.name == entry)
-            .map(|s| s.members.values().map(|(f, _)| f.clone()).collect())
+            .map(|s| s.members.values().map(|(f, ..)| f.clone()).collect())
             .unwrap_or_default()
     }
 

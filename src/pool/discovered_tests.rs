@@ -89,8 +89,9 @@ async fn a_member_missing_for_hold_is_removed_and_drained() {
     let (c2, _l2, on2) = connect(&pool, 2);
     assert_ne!(on1, on2);
     let (on_2, on_3) = if on1.ends_with(".2:9333") { (c1, c2) } else { (c2, c1) };
-    // Answers without .3, for just under `hold`: it stays.
-    for _ in 0..9 {
+    // Answers without .3, for just under `hold` from the first of them:
+    // it stays.
+    for _ in 0..10 {
         time::advance(Duration::from_secs(1)).await;
         let c = pool.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap();
         assert_eq!(c.removed, 0);
@@ -114,6 +115,7 @@ async fn the_last_usable_leg_is_kept_when_its_member_goes() {
     pool.quarantine("ltc/127.0.0.4:9333", Duration::from_secs(3600)).unwrap();
     let (closer, _lease, on) = connect(&pool, 1);
     assert_eq!(on, "ltc/127.0.0.2:9333");
+    pool.apply_lookup("ltc", vec![found(4)], Instant::now()).unwrap();
     time::advance(HOLD).await;
     let c = pool.apply_lookup("ltc", vec![found(4)], Instant::now()).unwrap();
     assert_eq!(c.removed, 1);
@@ -139,7 +141,7 @@ async fn a_member_back_within_hold_keeps_its_connections_and_record() {
     let b3 = snap.backends.iter().find(|b| b.name.ends_with(".3:9333")).unwrap();
     assert_eq!(b3.state, State::Quarantined, "its window is its own");
     assert!(!closer.is_closing());
-    // And `hold` counts from the last answer that named it.
+    // And `hold` counts again from the next answer that leaves it out.
     for _ in 0..9 {
         time::advance(Duration::from_secs(1)).await;
         assert_eq!(pool.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap().removed, 0);
@@ -197,8 +199,9 @@ async fn an_upgrade_carries_members_with_their_records() {
     let snap = new.overview();
     let b3 = snap.backends.iter().find(|b| b.name.ends_with(".3:9333")).unwrap();
     assert_eq!(b3.state, State::Quarantined);
-    // .3 was last named 4 s before the upgrade: 6 s more and it goes.
-    time::advance(Duration::from_secs(5)).await;
+    // .3 was left out by the answer just before the upgrade: `hold`
+    // counts from there, across the upgrade.
+    time::advance(Duration::from_secs(9)).await;
     assert_eq!(new.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap().removed, 0);
     time::advance(Duration::from_secs(1)).await;
     assert_eq!(new.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap().removed, 1);
@@ -226,4 +229,19 @@ async fn a_saved_record_waits_for_its_member() {
     // .9 was not in the first answer: its record is dropped.
     let kept: Vec<String> = pool.save_health().into_iter().map(|s| s.name).collect();
     assert_eq!(kept, ["s", "ltc/127.0.0.2:9333"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dns_outage_does_not_count_toward_hold() {
+    let pool = pool();
+    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now()).unwrap();
+    // Six holds without a successful answer, then one without .3: it stays
+    // until `hold` of answers have left it out.
+    time::advance(HOLD * 6).await;
+    let c = pool.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap();
+    assert_eq!((c.removed, c.members), (0, 2));
+    time::advance(HOLD - Duration::from_millis(1)).await;
+    assert_eq!(pool.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap().removed, 0);
+    time::advance(Duration::from_millis(1)).await;
+    assert_eq!(pool.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap().removed, 1);
 }
