@@ -144,7 +144,7 @@ impl RejectLog {
             summary(pool, reason, hit.carried);
         }
         if hit.show {
-            info!(pool, conn, client = %client, reason = reason.as_str(), "rejected");
+            info!(pool = %pool, conn, client = %client, reason = reason.as_str(), "rejected");
         }
         if hit.arm {
             let (log, pool, token) = (self.clone(), pool.to_owned(), token.clone());
@@ -182,7 +182,7 @@ impl RejectLog {
 }
 
 fn summary(pool: &str, reason: Reject, suppressed: u64) {
-    info!(pool, reason = reason.as_str(), suppressed, "rejected");
+    info!(pool = %pool, reason = reason.as_str(), suppressed, "rejected");
 }
 
 #[cfg(test)]

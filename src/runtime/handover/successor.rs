@@ -222,6 +222,8 @@ impl Successor {
 
 fn exited(status: io::Result<std::process::ExitStatus>) -> UpgradeError {
     UpgradeError::Exited(match status {
+        // `run` exits 2 on an invalid config (its error is on its stderr).
+        Ok(s) if s.code() == Some(2) => format!("{s}: it found the config invalid"),
         Ok(s) => s.to_string(),
         Err(e) => format!("wait: {e}"),
     })

@@ -78,9 +78,14 @@ async fn a_broken_config_fails_the_upgrade_and_changes_nothing() {
     let good = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
     // The new process rejects the file and exits 2, before it connects.
-    failed_and_nothing_changed(&proxy, &mut c, "exit status: 2", || {
-        std::fs::write(&path, good).unwrap();
-    })
+    failed_and_nothing_changed(
+        &proxy,
+        &mut c,
+        "exit status: 2: it found the config invalid",
+        || {
+            std::fs::write(&path, good).unwrap();
+        },
+    )
     .await;
 }
 
