@@ -180,7 +180,7 @@ fn admit(
         Err(Refused::MaxConnections) => return reject(Reject::MaxConnections),
         Err(Refused::PerSource) => return reject(Reject::PerSource),
     };
-    info!(pool = %pool.name, conn, client = %peer, "accepted");
+    debug!(pool = %pool.name, conn, client = %peer, "accepted");
     if let Some(other) = shared.loops.elsewhere(me) {
         // This loop is clearly busier: the client is served on `other`.
         match stream.into_std() {

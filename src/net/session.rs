@@ -321,7 +321,7 @@ async fn connect_some(
             Ok(stream) => {
                 if pool.splice_if_wanted(target.id, target.usable, &entry.closer) {
                     pool.record_connect(target.id, attempt, true);
-                    info!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
+                    debug!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
                     return Ok((lease, target, stream));
                 }
                 // The backend went bad while we connected and a good one
