@@ -164,11 +164,14 @@ fn main() -> ExitCode {
     // small, predictable RSS is worth more here than fewer TLB misses.
     // Best effort: an old kernel without the flag just keeps its default.
     let _ = rustix::thread::disable_transparent_huge_pages(true);
-    let matches = Cli::command().get_matches();
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(err) => return usage_error(&err),
+    };
     let given = matches.value_source("config") == Some(clap::parser::ValueSource::CommandLine);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(err) => err.exit(),
+        Err(err) => return usage_error(&err),
     };
     let command = cli.command.unwrap_or(Command::Run {
         config: ConfigArg::default(),
@@ -268,6 +271,25 @@ impl Command {
 /// Exit status when a listen address is taken or needs a privilege: the
 /// unit's `RestartPreventExitStatus=` keeps systemd from retrying forever.
 const EXIT_BIND: u8 = 3;
+
+/// Print clap's message for `err` and exit: 0 for `--help` and
+/// `--version`; 1 for a usage error of a command that talks to a running
+/// instance (`status`, `quarantine`, `release`, `upgrade` exit 0 or 1);
+/// clap's 2 otherwise.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    let _ = err.print();
+    if !err.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    let admin = std::env::args()
+        .skip(1)
+        .any(|a| matches!(a.as_str(), "status" | "quarantine" | "release" | "upgrade"));
+    if admin {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2))
+    }
+}
 
 fn exit(result: anyhow::Result<()>) -> ExitCode {
     match result {

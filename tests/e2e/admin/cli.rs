@@ -186,6 +186,26 @@ async fn commands_against_an_unreachable_instance_exit_1_with_one_line() {
     }
 }
 
+/// The commands that talk to an instance exit 0 or 1, usage errors too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_of_the_instance_commands_exit_1() {
+    for args in [
+        &["quarantine", "p", "a", "--for", "soon"][..],
+        &["quarantine", "p", "a"],
+        &["release", "p"],
+        &["status", "--bogus"],
+        &["upgrade", "extra"],
+    ] {
+        let (code, out, err) = cli(args).await;
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_eq!(out, "", "{args:?}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+    // Others keep clap's 2, and help is not an error.
+    assert_eq!(cli(&["check", "--bogus"]).await.0, Some(2));
+    assert_eq!(cli(&["quarantine", "--help"]).await.0, Some(0));
+}
+
 /// `pin-proxy status --watch args...` with its output piped: the lines it
 /// printed until `until` held for them, then its exit code after a SIGINT.
 async fn watch_until(
