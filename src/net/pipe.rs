@@ -28,7 +28,7 @@ pub const MAX_PIPES: usize = 32;
 
 /// A pipe's capacity, so the most one `splice` call moves: 1 MiB, 16
 /// times fewer calls than the default 64 KiB (bench/README.md, "Bulk").
-const PIPE_BYTES: usize = 1024 * 1024;
+pub const PIPE_BYTES: usize = 1024 * 1024;
 
 /// Pipes that exist now.
 static LIVE: AtomicUsize = AtomicUsize::new(0);

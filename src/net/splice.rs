@@ -52,7 +52,7 @@ use crate::net::pipe::{self, Pipe};
 use crate::net::sockopt;
 
 /// Bytes moved per read/write while a direction is busy.
-const CHUNK: usize = 32 * 1024;
+pub const CHUNK: usize = 32 * 1024;
 
 /// Read-and-forward steps per direction per poll before going back to the
 /// scheduler, so one busy connection cannot starve the others.

@@ -125,9 +125,9 @@ pub(in crate::pool) fn follow(config: &PoolConfig, old: Vec<Source>) -> Vec<Sour
 }
 
 /// Put `found` into `source` at `now`; drop members that successful
-/// answers have left out for `hold` (time without an answer, a DNS
-/// outage, does not count). True when the set of members (or one's
-/// address) changed.
+/// answers have left out for `hold`, counted from the first answer that
+/// left each out (an outage before that answer does not count). True when
+/// the set of members (or one's address) changed.
 fn merge(source: &mut Source, found: Vec<Found>, now: Instant, hold: Duration) -> bool {
     let mut changed = false;
     let named: BTreeSet<String> = found.iter().map(|f| f.key.clone()).collect();

@@ -571,6 +571,33 @@ mod tests {
         assert_eq!(after.closer.reason(), CloseReason::PoolRemoved);
     }
 
+    /// Nothing usable: the client tries the least recently failed first,
+    /// a probe that found a backend down counting as its failure.
+    #[test]
+    fn fail_open_goes_to_the_least_recently_failed_probe_failures_included() {
+        use crate::pool::report::{Report, Verdict};
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    quarantine: { failures: 1 }\n    health: { fall: 1 }\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        let (a, b) = {
+            let m = pool.backends();
+            (m[0].id, m[1].id)
+        };
+        // A client's connect to B failed first, then a probe found A down.
+        let t0 = Instant::now();
+        pool.record_connect(b, t0, false);
+        let epoch = pool.epoch_of(a).unwrap();
+        let down = Report::new(Verdict::Down, "refused");
+        pool.apply_probe(a, &down, epoch, t0 + std::time::Duration::from_secs(1));
+        assert!(pool.overview().backends.iter().all(|s| !s.state.is_usable()));
+        let (_lease, target) = pool.reserve(1, entry(), &[]).unwrap();
+        assert_eq!(target.id, b, "B failed longer ago than A");
+        let (_lease, target) = pool.reserve(2, entry(), &[b]).unwrap();
+        assert_eq!(target.id, a);
+    }
+
     /// Drained before its connect finished: goes elsewhere. Spliced
     /// first: the drain closes it. Never left on a drained backend.
     #[test]

@@ -167,8 +167,8 @@ impl Peer {
                 break Version::parse(&msg.payload).map_err(|e| Failure::Garbled(e.to_string()))?;
             }
         };
-        // Our own `version` came back: the address echoes, or leads back to
-        // this process. Nothing was learnt about a node.
+        // Our own `version` came back: the address echoes (a plain TCP echo
+        // service, a misconfigured port). Nothing was learnt about a node.
         if version.nonce == params.nonce {
             return Err(Failure::Garbled(
                 "our own version came back (an echo, not a node)".into(),

@@ -24,6 +24,9 @@ pub struct DailyFile {
     day: u64,
     /// The second (since the epoch) the path was last looked at.
     checked: u64,
+    /// Opening the path again failed, and that was told: told once until
+    /// it works again.
+    reopen_failing: bool,
 }
 
 impl DailyFile {
@@ -49,6 +52,7 @@ impl DailyFile {
             file,
             day,
             checked: now,
+            reopen_failing: false,
         })
     }
 
@@ -96,11 +100,18 @@ impl DailyFile {
     fn reopen(&mut self, now: u64) {
         self.checked = now;
         match open_append(&self.path) {
-            Ok(file) => self.file = file,
-            Err(err) => eprintln!(
-                "pin-proxy: reopen log file {}: {err}",
-                self.path.display()
-            ),
+            Ok(file) => {
+                self.file = file;
+                self.reopen_failing = false;
+            }
+            Err(err) if !self.reopen_failing => {
+                self.reopen_failing = true;
+                eprintln!(
+                    "pin-proxy: reopen log file {}: {err} (lines go on to the old file)",
+                    self.path.display()
+                );
+            }
+            Err(_) => {}
         }
     }
 

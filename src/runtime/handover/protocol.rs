@@ -136,6 +136,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_biggest_batch_fits_a_message() {
+        use crate::net::{pipe, splice};
+        let held = pipe::MAX_PIPES * pipe::PIPE_BYTES + CONNS_PER_MESSAGE * 2 * splice::CHUNK;
+        // 4 bytes of JSON a held byte ("255,"), and 8 KiB a connection for the rest.
+        let worst = 4 * held + CONNS_PER_MESSAGE * 8 * 1024;
+        assert!(worst < crate::runtime::handover::wire::MAX_MESSAGE, "{worst}");
+    }
+
+    #[test]
     fn an_offer_reads_back_and_anything_else_is_no_offer() {
         assert_eq!(read_offer(&offer(FORMAT)), Some(FORMAT));
         assert_eq!(read_offer(&offer(7)), Some(7));

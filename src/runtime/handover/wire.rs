@@ -24,10 +24,12 @@ pub const DATAGRAM: usize = 60 * 1024;
 /// Descriptors per datagram (the kernel takes at most 253).
 pub const FDS_PER_DATAGRAM: usize = 240;
 const HEAD: usize = 2;
-/// Largest message body taken: far above the biggest batch of
-/// connections (100, each with at most a chunk held each way), and a peer
-/// that never ends its message cannot make this process grow without end.
-pub const MAX_MESSAGE: usize = 64 << 20;
+/// Largest message body taken, so a peer that never ends its message
+/// cannot make this process grow without end. Above the biggest batch of
+/// connections: every pipe of the process full and a chunk held each way
+/// by each of its connections, as JSON (up to 4 bytes a byte); see the
+/// protocol's test.
+pub const MAX_MESSAGE: usize = 256 << 20;
 
 /// One received message.
 #[derive(Debug)]

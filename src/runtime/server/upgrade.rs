@@ -67,9 +67,11 @@ impl Server {
         for run in &mut self.pools {
             stop_accepting(run).await;
         }
-        let give_up = Instant::now() + self.longest_connect() + Duration::from_secs(1);
-        self.settle(give_up).await;
-        let frozen = self.freeze_all(give_up).await;
+        // Each phase gets the whole budget: spliced connections freeze in
+        // milliseconds, however long the connects before took.
+        let budget = self.longest_connect() + Duration::from_secs(1);
+        self.settle(Instant::now() + budget).await;
+        let frozen = self.freeze_all(Instant::now() + budget).await;
         match next.hand_over(&frozen, timeout).await {
             Ok(connections) => Ok(Upgraded {
                 pid: next.pid(),
@@ -103,13 +105,15 @@ impl Server {
     }
 
     /// The longest a client connection may take to connect, failing over
-    /// through every backend of its pool.
+    /// through every backend of its pool (discovered members included).
     fn longest_connect(&self) -> Duration {
         self.pools
             .iter()
             .map(|run| {
                 let c = run.pool.config();
-                c.connect_timeout * (c.backends.len() as u32 + 1)
+                let discovered: usize = run.pool.discovered_counts().iter().map(|(_, n)| n).sum();
+                let backends = u32::try_from(c.backends.len() + discovered).unwrap_or(u32::MAX);
+                c.connect_timeout.saturating_mul(backends.saturating_add(1))
             })
             .max()
             .unwrap_or_default()
