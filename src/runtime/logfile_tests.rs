@@ -7,15 +7,21 @@ use super::*;
 const NOW: u64 = 1_796_205_600;
 const NEXT_DAY: u64 = NOW + DAY_SECS;
 
+/// A fresh directory and the log file `pin-proxy.log` in it, opened at `NOW`.
+fn fresh() -> (tempfile::TempDir, PathBuf, DailyFile) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pin-proxy.log");
+    let log = DailyFile::open_at(&path, NOW).unwrap();
+    (dir, path, log)
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 #[test]
 fn lines_go_to_the_configured_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pin-proxy.log");
-    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    let (dir, path, mut log) = fresh();
     log.write_at(b"one\n", NOW).unwrap();
     log.write_at(b"two\n", NOW + 5).unwrap();
     assert_eq!(read(&path), "one\ntwo\n");
@@ -24,9 +30,7 @@ fn lines_go_to_the_configured_path() {
 
 #[test]
 fn a_new_day_renames_the_file_to_its_date_and_starts_another() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pin-proxy.log");
-    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    let (dir, path, mut log) = fresh();
     log.write_at(b"tuesday\n", NOW).unwrap();
     log.write_at(b"wednesday\n", NEXT_DAY).unwrap();
     assert_eq!(read(&dir.path().join("pin-proxy.log.2026-12-02")), "tuesday\n");
@@ -56,9 +60,7 @@ fn a_file_from_an_earlier_day_is_rotated_at_the_first_line() {
 
 #[test]
 fn a_file_moved_away_is_noticed_within_a_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pin-proxy.log");
-    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    let (dir, path, mut log) = fresh();
     log.write_at(b"one\n", NOW).unwrap();
     let moved = dir.path().join("moved.log");
     std::fs::rename(&path, &moved).unwrap();
@@ -71,9 +73,7 @@ fn a_file_moved_away_is_noticed_within_a_second() {
 #[test]
 fn two_writers_of_one_path_rotate_it_once() {
     // The old and the new process of a live upgrade, across midnight.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pin-proxy.log");
-    let mut old = DailyFile::open_at(&path, NOW).unwrap();
+    let (dir, path, mut old) = fresh();
     let mut new = DailyFile::open_at(&path, NOW).unwrap();
     old.write_at(b"old 1\n", NOW).unwrap();
     new.write_at(b"new 1\n", NOW).unwrap();
@@ -89,11 +89,9 @@ fn two_writers_of_one_path_rotate_it_once() {
 
 #[test]
 fn a_rotation_never_overwrites_a_dated_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pin-proxy.log");
+    let (dir, path, mut log) = fresh();
     let dated = dir.path().join("pin-proxy.log.2026-12-02");
     std::fs::write(&dated, "kept\n").unwrap();
-    let mut log = DailyFile::open_at(&path, NOW).unwrap();
     log.write_at(b"tuesday\n", NOW).unwrap();
     log.write_at(b"wednesday\n", NEXT_DAY).unwrap();
     assert_eq!(read(&dated), "kept\n");
