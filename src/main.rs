@@ -307,6 +307,15 @@ fn print_completions(shell: CompletionShell) -> anyhow::Result<()> {
     let mut script = Vec::new();
     let mut cli = Cli::command();
     clap_complete::generate(shell.generator(), &mut cli, "pin-proxy", &mut script);
+    if matches!(shell, CompletionShell::Bash) {
+        // clap_complete 4.6 spells the bash state of a subcommand of a
+        // hyphenated binary two ways: the loop sets `pin__proxy__subcmd__X`,
+        // the case arms test `pin__subcmd__proxy__subcmd__X`, so nothing
+        // after a subcommand completed (clap-rs/clap#6421). Spell the arms
+        // as the loop does.
+        let text = String::from_utf8(script)?.replace("pin__subcmd__proxy", "pin__proxy");
+        return write_stdout(text.as_bytes());
+    }
     write_stdout(&script)
 }
 

@@ -111,6 +111,64 @@ fn bash_loads_its_completion_script() {
     );
 }
 
+/// What bash offers for `words` (the last one being completed) with the
+/// script loaded.
+fn bash_offers(script: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let line = format!(
+        "source \"$1\"; COMP_WORDS=({}); COMP_CWORD={}; _pin__proxy pin-proxy \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        words.len() - 1
+    );
+    let out = Command::new("bash")
+        .args(["-c", &line, "bash"])
+        .arg(script)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Completion goes on after a subcommand: its flags, and `completions`'
+/// shells (the generator's hyphenated-name bug is worked around).
+#[test]
+fn bash_completes_each_subcommands_flags() {
+    if find_program("bash").is_none() {
+        eprintln!("notice: bash not found; skipping the bash completion test");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("pin-proxy.bash");
+    std::fs::write(&script, run(&["completions", "bash"]).stdout).expect("write script");
+    assert!(bash_offers(&script, &["pin-proxy", "st"]).contains(&"status".to_owned()));
+    let status = bash_offers(&script, &["pin-proxy", "status", "--"]);
+    for flag in ["--json", "--watch", "--admin"] {
+        assert!(
+            status.contains(&flag.to_owned()),
+            "{flag} not in {status:?}"
+        );
+    }
+    let quarantine = bash_offers(&script, &["pin-proxy", "quarantine", "--f"]);
+    assert_eq!(quarantine, ["--for"]);
+    let shells = bash_offers(&script, &["pin-proxy", "completions", ""]);
+    for shell in ["bash", "zsh", "fish"] {
+        assert!(
+            shells.contains(&shell.to_owned()),
+            "{shell} not in {shells:?}"
+        );
+    }
+}
+
 #[test]
 fn man_page_is_roff_with_every_command() {
     let page = stdout(&["man"]);
