@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the Debian package of pin-proxy with cargo-deb.
 #
-# cargo-deb packages files, so what the binary prints is generated first,
-# into target/deb-assets/ ([package.metadata.deb] in Cargo.toml names them
-# there): the man page (gzipped), the bash, zsh and fish completions, and
-# the unit with the packaged binary's path (/usr/bin/pin-proxy). Then
-# `cargo deb --no-build` makes target/debian/pin-proxy_<version>_<arch>.deb.
+# A plain `cargo deb` builds it too: what the binary prints for the package
+# (man page, completions) and the unit with the packaged path are committed
+# in deploy/deb/assets/ (deploy/deb/assets.sh writes them). This script
+# checks first that they match the binary being packaged, and can package
+# a binary built elsewhere. It ends with `cargo deb --no-build`:
+# target/debian/pin-proxy_<version>_<arch>.deb.
 #
 # Usage: deploy/deb/build.sh [--bin FILE] [CARGO_DEB_ARGS...]
 #   --bin FILE   package FILE instead of building (cargo build --release --locked)
@@ -17,7 +18,6 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-assets=$repo/target/deb-assets
 bin=""
 deb_args=()
 
@@ -59,15 +59,7 @@ else
 fi
 [ -x "$bin" ] || die "no binary at $bin"
 
-mkdir -p "$assets"
-"$bin" man | gzip -9n >"$assets/pin-proxy.1.gz"
-"$bin" completions bash >"$assets/pin-proxy.bash"
-"$bin" completions zsh >"$assets/_pin-proxy"
-"$bin" completions fish >"$assets/pin-proxy.fish"
-sed 's#/usr/local/bin/pin-proxy#/usr/bin/pin-proxy#g' \
-    "$repo/systemd/pin-proxy.service" >"$assets/pin-proxy.service"
-grep -q '^ExecStart=/usr/bin/pin-proxy ' "$assets/pin-proxy.service" ||
-    die "the unit's ExecStart does not name /usr/bin/pin-proxy"
-say "generated the man page, completions and unit in ${assets#"$repo"/}"
+"$repo/deploy/deb/assets.sh" --check "$bin" ||
+    die "the package's assets do not match $bin: run deploy/deb/assets.sh and commit"
 
 cargo deb --no-build "${deb_args[@]}"

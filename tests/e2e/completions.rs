@@ -218,3 +218,39 @@ fn man_renders_the_page() {
         assert!(text.contains(heading), "no {heading} in:\n{text}");
     }
 }
+
+/// What the Debian package ships from `deploy/deb/assets/` (so a plain
+/// `cargo deb` builds it) is what this binary prints, and the unit is
+/// systemd/'s with the packaged path: a changed command line or unit
+/// without `deploy/deb/assets.sh` fails here.
+#[test]
+fn the_packaged_assets_are_what_the_binary_prints() {
+    let assets = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deb/assets");
+    let read = |name: &str| {
+        std::fs::read_to_string(assets.join(name))
+            .unwrap_or_else(|e| panic!("read deploy/deb/assets/{name}: {e}"))
+    };
+    let printed = [
+        (&["man"][..], "pin-proxy.1"),
+        (&["completions", "bash"], "pin-proxy.bash"),
+        (&["completions", "zsh"], "_pin-proxy"),
+        (&["completions", "fish"], "pin-proxy.fish"),
+    ];
+    for (args, name) in printed {
+        assert!(
+            stdout(args) == read(name),
+            "deploy/deb/assets/{name} is not what `pin-proxy {}` prints: run deploy/deb/assets.sh",
+            args.join(" ")
+        );
+    }
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/pin-proxy.service"),
+    )
+    .expect("read the unit");
+    let packaged = unit.replace("/usr/local/bin/pin-proxy", "/usr/bin/pin-proxy");
+    assert!(packaged.contains("\nExecStart=/usr/bin/pin-proxy "));
+    assert!(
+        packaged == read("pin-proxy.service"),
+        "deploy/deb/assets/pin-proxy.service is not systemd/'s unit: run deploy/deb/assets.sh"
+    );
+}

@@ -222,7 +222,9 @@ fn maintainer_scripts_pass_sh_n_and_shellcheck() {
             "{script} must run under any /bin/sh"
         );
     }
-    ok(Command::new("bash").arg("-n").arg(dir.join("build.sh")));
+    for tool in ["build.sh", "assets.sh"] {
+        ok(Command::new("bash").arg("-n").arg(dir.join(tool)));
+    }
     if !peers_available(&["shellcheck"]) {
         return;
     }
@@ -231,7 +233,9 @@ fn maintainer_scripts_pass_sh_n_and_shellcheck() {
             .args(["--shell=sh", "--severity=style"])
             .arg(dir.join(script)));
     }
-    ok(Command::new("shellcheck").arg(dir.join("build.sh")));
+    for tool in ["build.sh", "assets.sh"] {
+        ok(Command::new("shellcheck").arg(dir.join(tool)));
+    }
 }
 
 /// Whether this runs as root, which the installs need (CI does); a notice
