@@ -12,7 +12,8 @@ pub struct ReloadPlan<'a> {
     /// address and start them.
     pub bind: Vec<&'a str>,
     /// Pools only the old config has, in its order: stop listening and
-    /// close their connections. A renamed pool is stopped and bound anew.
+    /// close their connections. A renamed pool is stopped and bound anew (its
+    /// address joins the old listener's socket group: see `bind_all`).
     pub stop: Vec<&'a str>,
     /// Pools both configs have and that change, in the new config's order.
     pub keep: Vec<PoolPlan<'a>>,

@@ -128,7 +128,7 @@ impl Server {
             .pools
             .iter()
             .map(|pc| {
-                let listens = bind_all(pc, &pc.listen, workers.count(), &mut inherited)?;
+                let listens = bind_all(pc, &pc.listen, workers.count(), &mut inherited, &[])?;
                 let pool = Pool::new(pc.clone(), root.child_token())
                     .with_own(own.clone())
                     .with_changes(changes.clone());
@@ -354,13 +354,14 @@ impl Server {
     ) -> Result<(), ReloadError> {
         // Bind what is new first; on any error drop it all and keep running as before.
         let mut fresh: HashMap<&str, Vec<Listen>> = HashMap::new();
+        let own = bound_addrs(&self.pools);
         for pc in &new.pools {
             let wanted = if plan.bind.contains(&pc.name.as_str()) {
                 &pc.listen[..]
             } else {
                 plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_added)
             };
-            let listens = bind_all(pc, wanted, self.workers.count(), &mut Inherited::default())
+            let listens = bind_all(pc, wanted, self.workers.count(), &mut Inherited::default(), &own)
                 .map_err(ReloadError::Bind)?;
             fresh.insert(&pc.name, listens);
         }

@@ -104,6 +104,74 @@ async fn removed_pool_stops_listening_and_closes_its_connections() {
     echo_ok(&mut c).await;
 }
 
+/// A renamed pool keeps its address, and two pools can swap theirs: the
+/// new listeners join the old ones' sockets instead of finding the
+/// address taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_renamed_or_ports_swapped_binds_the_addresses_it_takes_over() {
+    let (a, b) = (Node::echo().await, Node::echo().await);
+    let proxy = Proxy::start(&format!(
+        "pools:\n{}{}",
+        pool("old-name", "127.0.0.1:0", &[("a", a.addr)]),
+        pool("other", "127.0.0.1:0", &[("b", b.addr)])
+    ))
+    .await;
+    let (first, second) = (proxy.addr("old-name"), proxy.addr("other"));
+    let mut on_old = TcpStream::connect(first).await.unwrap();
+    echo_ok(&mut on_old).await;
+
+    let renamed = format!(
+        "pools:\n{}{}",
+        pool("new-name", &first.to_string(), &[("a", a.addr)]),
+        pool("other", &second.to_string(), &[("b", b.addr)])
+    );
+    let outcome = proxy.reload(&renamed).await;
+    assert_eq!(outcome["message"], "reloaded", "{outcome}");
+    let closed = proxy
+        .wait_event(|e| e["message"] == "closed" && e["pool"] == "old-name", T)
+        .await;
+    assert_eq!(closed["reason"], "pool_removed");
+    until_served_by(&proxy, first, "new-name").await;
+
+    // Swap the two pools' addresses.
+    let swapped = format!(
+        "pools:\n{}{}",
+        pool("new-name", &second.to_string(), &[("a", a.addr)]),
+        pool("other", &first.to_string(), &[("b", b.addr)])
+    );
+    let outcome = proxy.reload(&swapped).await;
+    assert_eq!(outcome["message"], "reloaded", "{outcome}");
+    until_served_by(&proxy, second, "new-name").await;
+    until_served_by(&proxy, first, "other").await;
+}
+
+/// Wait until clients of `addr` are served by `pool`: until the listeners
+/// a reload let go have closed, a client may still land on one of them.
+async fn until_served_by(proxy: &Proxy, addr: SocketAddr, pool: &str) {
+    within(&format!("a client of {addr} served by {pool}"), T, async {
+        while one_client(proxy, addr).await.as_deref() != Some(pool) {}
+    })
+    .await;
+}
+
+/// The pool that served one client of `addr`; `None` if it was refused,
+/// closed or reset before its echo (it met a listener being closed).
+async fn one_client(proxy: &Proxy, addr: SocketAddr) -> Option<String> {
+    let mut c = TcpStream::connect(addr).await.ok()?;
+    c.write_all(b"ping").await.ok()?;
+    let mut b = [0u8; 4];
+    c.read_exact(&mut b).await.ok()?;
+    let client = c.local_addr().ok()?.to_string();
+    drop(c);
+    let closed = proxy
+        .wait_event(
+            |e| e["message"] == "closed" && e["client"] == client.as_str(),
+            T,
+        )
+        .await;
+    closed["pool"].as_str().map(str::to_owned)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_file_is_rejected_and_the_old_config_keeps_running() {
     let node = Node::echo().await;

@@ -161,11 +161,17 @@ impl Inherited {
 /// are not tied to a pool until [`adopt`]ed.
 /// An address taken over from an upgrade's old process comes with its
 /// sockets (more are bound beside them when this process has more workers).
+///
+/// `own` are the addresses this process listens on already (a reload that
+/// renames a pool, or moves an address to another pool): the new sockets
+/// join the old ones' `SO_REUSEPORT` group and take over when those close,
+/// instead of being refused as taken.
 pub(super) fn bind_all(
     pc: &PoolConfig,
     addrs: &[SocketAddr],
     sockets: usize,
     inherited: &mut Inherited,
+    own: &[SocketAddr],
 ) -> Result<Vec<Listen>, BindError> {
     let name = &pc.name;
     let mut out = Vec::new();
@@ -176,7 +182,9 @@ pub(super) fn bind_all(
         let (local, mut pending) = match inherited.take(&Owner::Pool(name.clone()), *addr) {
             Some(taken) => taken,
             None => {
-                sockopt::check_free(*addr).map_err(failed)?;
+                if !own.contains(addr) {
+                    sockopt::check_free(*addr).map_err(failed)?;
+                }
                 let first = bind(*addr)?;
                 // A port-0 address: the rest join the port the first one got.
                 (first.local_addr().map_err(failed)?, vec![first])
