@@ -139,7 +139,7 @@ impl Families {
         );
         r.register(
             "pin_proxy_discovery_lookups",
-            "DNS lookups of a discover entry by outcome (ok, failed) since it was configured",
+            "DNS lookups of a discover entry by outcome (ok, failed) since it was configured, across live upgrades",
             self.lookups,
         );
         r

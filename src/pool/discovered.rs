@@ -74,6 +74,10 @@ pub struct CarriedSource {
     pub query: String,
     /// Its members.
     pub members: Vec<CarriedMember>,
+    /// Its lookups so far: succeeded, failed (counters go on across the
+    /// upgrade; absent from an older process: from zero).
+    #[serde(default)]
+    pub lookups: (u64, u64),
 }
 
 /// One carried member.
@@ -226,6 +230,7 @@ impl Pool {
             .map(|s| CarriedSource {
                 name: s.config.name.clone(),
                 query: s.config.query.to_string(),
+                lookups: s.lookups,
                 members: s
                     .members
                     .values()
@@ -262,6 +267,7 @@ impl Pool {
                     .insert(member.found.key.clone(), (member.found.clone(), seen, missing));
             }
             source.answered = true;
+            source.lookups = c.lookups;
             taken += c.members.len();
         }
         if taken > 0 {

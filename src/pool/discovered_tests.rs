@@ -196,6 +196,8 @@ async fn an_upgrade_carries_members_with_their_records() {
     let new = pool();
     new.take_carried(&carried);
     assert_eq!(names(&new), names(&old));
+    let counts = |p: &Pool| p.backends().sources[0].lookups;
+    assert_eq!(counts(&new), (2, 0), "lookup counters go on");
     let snap = new.overview();
     let b3 = snap.backends.iter().find(|b| b.name.ends_with(".3:9333")).unwrap();
     assert_eq!(b3.state, State::Quarantined);
