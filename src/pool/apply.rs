@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::config::ProbeKind;
 use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
 use crate::pool::lag::{self, Claim, Judgement};
 use crate::pool::report::{Proof, Report, Verdict};
@@ -45,6 +46,11 @@ fn claims(backends: &[Backend], except: BackendId) -> Vec<Claim> {
             })
         })
         .collect()
+}
+
+/// Whether probes of `kind` read a height.
+fn reads_height(kind: ProbeKind) -> bool {
+    !matches!(kind, ProbeKind::Connect | ProbeKind::Http)
 }
 
 /// The detail of a claim that does not count.
@@ -189,6 +195,11 @@ impl Pool {
         if report.height.is_some() {
             b.height = report.height;
             b.proven = report.proof == Proof::Proven;
+        } else if !reads_height(config.health.probe) {
+            // The probe kind changed (a reload) to one that reads none: an
+            // old height would be shown, and weighed, for good.
+            b.height = None;
+            b.proven = false;
         }
         let max_lag = config.health.max_lag_blocks;
         let mut detail = None;

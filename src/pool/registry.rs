@@ -598,6 +598,19 @@ mod tests {
         assert_eq!(target.id, a);
     }
 
+    /// A probe kind that reads no height (after a reload to `connect`)
+    /// clears the height an earlier kind read.
+    #[test]
+    fn a_probe_that_reads_no_height_clears_an_old_one() {
+        use crate::pool::report::{Report, Verdict};
+        let pool = pool();
+        let a = pool.backends()[0].id;
+        // Read by an earlier probe kind; the pool probes `connect` now.
+        pool.backends()[0].height = Some(100);
+        pool.apply_probe(a, &Report::new(Verdict::Healthy, "connected"), 0, Instant::now());
+        assert_eq!(pool.backends()[0].height, None);
+    }
+
     /// Drained before its connect finished: goes elsewhere. Spliced
     /// first: the drain closes it. Never left on a drained backend.
     #[test]
