@@ -114,21 +114,22 @@ async fn drive_until(spliced: &mut Splice<'_>, what: &str, cond: impl Fn(&Splice
     }
 }
 
-/// Wait until `sock` has at least a whole [`CHUNK`] to read, so the
-/// splice's first read fills its buffer and the direction goes through a
-/// pipe at once. Without this, a sender the kernel paces (`bbr` sends
-/// loopback segments smaller than a chunk) can be read piecemeal as its
-/// segments arrive, every read short, and the direction never turns bulk.
-/// Waits on readiness (a short peek clears it), not on a timer; returns
-/// with the readiness still set.
-async fn until_a_chunk_is_queued(sock: &TcpStream) {
-    let mut buf = vec![0u8; CHUNK];
+/// Wait until `sock` has at least `bytes` to read (a whole [`CHUNK`] or
+/// more), so the splice's first read fills its buffer and the direction
+/// goes through a pipe at once, and its first pipe fill moves a chunk
+/// too. Without this, a sender the kernel paces (`bbr` sends loopback
+/// segments smaller than a chunk) can be read piecemeal as its segments
+/// arrive, every read short, and the direction never turns bulk. Waits on
+/// readiness (a short peek clears it), not on a timer; returns with the
+/// readiness still set.
+async fn until_queued(sock: &TcpStream, bytes: usize) {
+    let mut buf = vec![0u8; bytes];
     let queued = async {
         loop {
             sock.readable().await.unwrap();
             let peeked = sock.try_io(Interest::READABLE, || {
                 let n = rustix::net::recv(sock, &mut buf, rustix::net::RecvFlags::PEEK)?.0;
-                if n < CHUNK {
+                if n < bytes {
                     return Err(io::ErrorKind::WouldBlock.into());
                 }
                 Ok(())
@@ -140,7 +141,7 @@ async fn until_a_chunk_is_queued(sock: &TcpStream) {
     };
     tokio::time::timeout(Duration::from_secs(10), queued)
         .await
-        .expect("a whole chunk queued within 10 s");
+        .expect("the bytes queued within 10 s");
 }
 
 /// client ↔ proxy's client socket, proxy's backend socket ↔ node, all
@@ -171,7 +172,12 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
         node.write_all(&sent).await.unwrap();
         node.shutdown().await.unwrap();
     });
-    until_a_chunk_is_queued(&proxy_backend).await;
+    // The client's side takes little (its buffers can no longer grow to
+    // swallow all 8 MiB): with the client not reading, the bytes soon
+    // wait in the pipe.
+    socket2::SockRef::from(&client).set_recv_buffer_size(16 * 1024).unwrap();
+    socket2::SockRef::from(&proxy_client).set_send_buffer_size(16 * 1024).unwrap();
+    until_queued(&proxy_backend, 2 * CHUNK).await;
     let stats = BackendStats::default();
     let closer = Closer::new();
     let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
@@ -214,7 +220,7 @@ async fn a_quiet_direction_gives_its_pipe_back() {
         node.write_all(&sent).await.unwrap();
         node
     });
-    until_a_chunk_is_queued(&proxy_backend).await;
+    until_queued(&proxy_backend, CHUNK).await;
     let stats = BackendStats::default();
     let closer = Closer::new();
     let mut spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
