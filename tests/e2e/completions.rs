@@ -86,16 +86,25 @@ fn completion_scripts_name_every_command() {
     );
 }
 
-/// The bash script parses and registers a completion for `pin-proxy`.
-#[test]
-fn bash_loads_its_completion_script() {
+/// The bash completion script, written to a file of a directory that
+/// lives as long as the first value; `None` (after a notice) without bash.
+fn bash_script() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
     if find_program("bash").is_none() {
-        eprintln!("notice: bash not found; skipping the bash completion load test");
-        return;
+        eprintln!("notice: bash not found; skipping the bash completion test");
+        return None;
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let script = dir.path().join("pin-proxy.bash");
     std::fs::write(&script, run(&["completions", "bash"]).stdout).expect("write script");
+    Some((dir, script))
+}
+
+/// The bash script parses and registers a completion for `pin-proxy`.
+#[test]
+fn bash_loads_its_completion_script() {
+    let Some((_dir, script)) = bash_script() else {
+        return;
+    };
     let out = Command::new("bash")
         .arg("-c")
         .arg("source \"$1\" && complete -p pin-proxy")
@@ -143,13 +152,9 @@ fn bash_offers(script: &std::path::Path, words: &[&str]) -> Vec<String> {
 /// shells (the generator's hyphenated-name bug is worked around).
 #[test]
 fn bash_completes_each_subcommands_flags() {
-    if find_program("bash").is_none() {
-        eprintln!("notice: bash not found; skipping the bash completion test");
+    let Some((_dir, script)) = bash_script() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let script = dir.path().join("pin-proxy.bash");
-    std::fs::write(&script, run(&["completions", "bash"]).stdout).expect("write script");
+    };
     assert!(bash_offers(&script, &["pin-proxy", "st"]).contains(&"status".to_owned()));
     let status = bash_offers(&script, &["pin-proxy", "status", "--"]);
     for flag in ["--json", "--watch", "--admin"] {
