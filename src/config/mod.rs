@@ -304,7 +304,7 @@ pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<
 
 /// An error naming what `path` is when it is there and not a regular file
 /// (symbolic links followed): a device, a FIFO, a directory.
-pub(crate) fn regular_or_missing(path: &Path) -> std::io::Result<()> {
+pub(crate) fn refuse_special_file(path: &Path) -> std::io::Result<()> {
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,

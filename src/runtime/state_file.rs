@@ -17,7 +17,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::{read_bounded, regular_or_missing};
+use crate::config::{read_bounded, refuse_special_file};
 use crate::ops::control::Control;
 use crate::pool::health::QuarantineReason;
 use crate::pool::registry::Pool;
@@ -200,7 +200,7 @@ fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
 /// Why it cannot be used; the caller starts clean.
 pub fn load(path: &Path) -> Result<SavedState, LoadError> {
     // A device or a FIFO is never opened: a FIFO would block the start.
-    if let Err(e) = regular_or_missing(path) {
+    if let Err(e) = refuse_special_file(path) {
         return Err(LoadError::Unreadable(e));
     }
     match read_bounded(path, MAX_BYTES) {
@@ -240,7 +240,7 @@ pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(
     };
     // Never rename over a device (`/dev/null` given to turn it off) or a
     // FIFO: only a regular file, or nothing, is replaced.
-    regular_or_missing(path).map_err(failed("replace", path))?;
+    refuse_special_file(path).map_err(failed("replace", path))?;
     let bytes = encode(state, written_at)
         .map_err(|e| failed("encode", path)(std::io::Error::other(e)))?;
     let written = (|| {

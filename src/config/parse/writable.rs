@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::error::{Invalid, invalid};
-use crate::config::regular_or_missing;
+use crate::config::refuse_special_file;
 
 /// The directory of `file` (the value of config key `key`, which holds
 /// `what` files: "log", "state") exists and takes new files, or can be
@@ -19,7 +19,7 @@ pub(super) fn check(file: &Path, key: &str, what: &str) -> Result<(), Invalid> {
     if file.as_os_str().as_bytes().contains(&0) {
         return invalid(key, "the path holds a NUL byte");
     }
-    if let Err(e) = regular_or_missing(file) {
+    if let Err(e) = refuse_special_file(file) {
         return invalid(key, format!("{}: {e}", file.display()));
     }
     let dir = file
