@@ -96,10 +96,11 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
     let q = &pool.quarantine;
     writeln!(
         out,
-        "  quarantine: base {}, max {}, after {} failures",
+        "  quarantine: base {}, max {}, after {} failures, refused_clients {}",
         dur(q.base),
         dur(q.max),
-        q.failures
+        q.failures,
+        q.refused_clients
     )?;
     let h = &pool.health;
     write!(

@@ -141,6 +141,9 @@ pub struct QuarantineConfig {
     pub max: Duration,
     /// Consecutive connect failures that quarantine a backend.
     pub failures: u32,
+    /// Client addresses remembered as refused by a backend (steered to
+    /// the others for `base`); the oldest are forgotten first.
+    pub refused_clients: usize,
 }
 
 /// `health:` settings.

@@ -48,6 +48,7 @@ const MIN_IMBALANCE: usize = 2;
 const QUARANTINE_BASE: Duration = Duration::from_secs(5 * 60);
 const QUARANTINE_MAX: Duration = Duration::from_secs(30 * 60);
 const QUARANTINE_FAILURES: u32 = 3;
+const REFUSED_CLIENTS: usize = 1024;
 const HEALTH_INTERVAL: Duration = Duration::from_secs(30);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_LAG_BLOCKS: u64 = 3;
@@ -313,6 +314,7 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         base: q.base.map_or(QUARANTINE_BASE, |d| d.0),
         max: q.max.map_or(QUARANTINE_MAX, |d| d.0),
         failures: q.failures.map_or(QUARANTINE_FAILURES, NonZeroU32::get),
+        refused_clients: q.refused_clients.map_or(REFUSED_CLIENTS, NonZeroUsize::get),
     };
     if quarantine.max < quarantine.base {
         let path = max_path

@@ -189,10 +189,10 @@ impl Ends<'_> {
                     warn!(pool = %pool.name, conn, client = %peer, err = err.as_str(), "handover_missed");
                 }
             }
-            judge_ending(pool, target, &out, started);
+            judge_ending(pool, target, &out, started, peer);
             drop(held);
         } else {
-            judge_ending(pool, target, &out, started);
+            judge_ending(pool, target, &out, started, peer);
             drop(held);
             drop(sockets);
         }
@@ -239,10 +239,16 @@ const CLOSED_AT_ONCE: Duration = Duration::from_secs(2);
 
 /// Tell the pool when the backend refused this client (closed it at once
 /// with nothing sent), or served one after refusing others.
-fn judge_ending(pool: &Pool, target: &Target, out: &splice::Outcome, started: Instant) {
+fn judge_ending(
+    pool: &Pool,
+    target: &Target,
+    out: &splice::Outcome,
+    started: Instant,
+    peer: SocketAddr,
+) {
     let by_backend = out.reason.by_backend();
     if by_backend && out.bytes_down == 0 && started.elapsed() < CLOSED_AT_ONCE {
-        pool.record_closed_at_once(target.id, started);
+        pool.record_closed_at_once(target.id, started, peer.ip());
     } else if out.bytes_down > 0 && target.stats.closing_at_once.load(Ordering::Relaxed) {
         pool.record_served(target.id);
     }

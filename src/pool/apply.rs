@@ -5,6 +5,7 @@
 //! usability changed; a change to what is saved (quarantine, strikes,
 //! state) is told to the writer.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
@@ -12,6 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::ProbeKind;
+use crate::pool::admission::source_of;
 use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
 use crate::pool::lag::{self, Claim, Judgement};
 use crate::pool::report::{Proof, Report, Verdict};
@@ -84,13 +86,20 @@ impl Pool {
         });
     }
 
-    /// A client connection to `backend` that began at `started` was closed
-    /// by the backend at once, before it sent a byte: what a node that
-    /// banned our address does to every client. Counts toward
-    /// `quarantine.failures` like a failed connect, one incident once.
-    pub fn record_closed_at_once(&self, backend: BackendId, started: Instant) {
+    /// A client connection from `client` to `backend` that began at
+    /// `started` was closed by the backend at once, before it sent a byte:
+    /// what a node that banned our address does to every client, and what
+    /// any node does to one client's garbage. Counts toward
+    /// `quarantine.failures` like a failed connect, one incident once, as
+    /// far as such closes come from 2 client addresses or more; the address
+    /// is steered to the other backends for `quarantine.base`
+    /// ([`crate::pool::refused`]).
+    pub fn record_closed_at_once(&self, backend: BackendId, started: Instant, client: IpAddr) {
+        let source = source_of(client);
+        self.record_refused(backend, source, client);
         self.record_failure(backend, |pool, b, policy| {
-            let (effect, counted) = b.health.closed_at_once(started, Instant::now(), policy);
+            let now = Instant::now();
+            let (effect, counted) = b.health.closed_at_once(source, started, now, policy);
             let closing = b.health.closes_at_once > 0;
             b.stats.closing_at_once.store(closing, Ordering::Relaxed);
             if counted {
@@ -102,6 +111,25 @@ impl Pool {
             }
             effect
         });
+    }
+
+    /// Remember that `backend` refused the address `source`; logged at
+    /// its 1st, 2nd, 4th, 8th ... close in a row.
+    fn record_refused(&self, backend: BackendId, source: IpAddr, client: IpAddr) {
+        let config = self.config();
+        let q = &config.quarantine;
+        let mut m = self.backends();
+        let count = m
+            .refused
+            .record(source, backend, Instant::now(), q.base, q.refused_clients);
+        if let Some(b) = m.iter().find(|b| b.id == backend)
+            && count.is_power_of_two()
+        {
+            info!(
+                pool = %self.name, backend = %b.config.name, client = %client, count,
+                "refused_by_node"
+            );
+        }
     }
 
     /// A client connection received bytes from `backend`: the closes at

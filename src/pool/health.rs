@@ -6,12 +6,14 @@
 //! events in and acts on the [`Effect`]s that come out.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
+use crate::pool::refused::ClosedFrom;
 
 /// Where a backend stands, as the contract names the states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,6 +250,10 @@ pub struct BackendHealth {
     /// since one it served: they count with `connect_failures` (a node that
     /// banned our address accepts every connect, then closes it).
     pub closes_at_once: u32,
+    /// The client addresses those closes came from: while they all came
+    /// from one, they never reach `quarantine.failures` (one client's
+    /// garbage is that client's matter, not the node's).
+    pub closed_from: ClosedFrom,
     /// Consecutive bad probe verdicts.
     pub bad_probes: u32,
     /// Consecutive passed probes since the window ended.
@@ -271,6 +277,7 @@ impl Default for BackendHealth {
             strikes: 0,
             connect_failures: 0,
             closes_at_once: 0,
+            closed_from: ClosedFrom::Nobody,
             bad_probes: 0,
             good_probes: 0,
             last_failure: None,
@@ -341,13 +348,17 @@ impl BackendHealth {
         self.strike_if_failing(now, policy)
     }
 
-    /// A client connection that began at `started` was closed by the
-    /// backend at `now`, at once and before it sent a byte. Counts toward
-    /// `quarantine.failures` like a failed connect (one incident once).
-    /// True in the second value when it was counted (not part of an
-    /// incident already counted).
+    /// A client connection from `client` (its address as
+    /// [`source_of`](crate::pool::admission::source_of) keys it) that
+    /// began at `started` was closed by the backend at `now`, at once and
+    /// before it sent a byte. Counts toward `quarantine.failures` like a
+    /// failed connect (one incident once), but only as far as the closes
+    /// come from at least 2 client addresses: one address's closes stop one
+    /// short of the threshold. True in the second value when it moved the
+    /// count (a new incident, and not one address's beyond that cap).
     pub fn closed_at_once(
         &mut self,
+        client: IpAddr,
         started: Instant,
         now: Instant,
         policy: &Policy,
@@ -357,18 +368,35 @@ impl BackendHealth {
         if same_incident || self.quarantine.is_some() {
             return (Effect::None, false);
         }
-        self.closes_at_once += 1;
-        (self.strike_if_failing(now, policy), true)
+        let before = self.failures(policy);
+        self.closes_at_once = self.closes_at_once.saturating_add(1);
+        self.closed_from = self.closed_from.and(client);
+        let moved = self.failures(policy) > before;
+        (self.strike_if_failing(now, policy), moved)
     }
 
     /// A client connection received bytes from the backend: it serves
     /// clients, closes so far were the clients' doing.
     pub fn served(&mut self) {
         self.closes_at_once = 0;
+        self.closed_from = ClosedFrom::Nobody;
+    }
+
+    /// The failures from client traffic that count toward
+    /// `quarantine.failures`: connect failures, and closes at once as far
+    /// as they came from more than one client address.
+    pub fn failures(&self, policy: &Policy) -> u32 {
+        let closes = match self.closed_from {
+            ClosedFrom::Many => self.closes_at_once,
+            ClosedFrom::Nobody | ClosedFrom::One(_) => {
+                self.closes_at_once.min(policy.failures.saturating_sub(1))
+            }
+        };
+        self.connect_failures.saturating_add(closes)
     }
 
     fn strike_if_failing(&mut self, now: Instant, policy: &Policy) -> Effect {
-        if self.connect_failures.saturating_add(self.closes_at_once) < policy.failures {
+        if self.failures(policy) < policy.failures {
             return Effect::None;
         }
         self.epoch += 1;
@@ -440,6 +468,7 @@ impl BackendHealth {
                 self.good_probes = 0;
                 self.connect_failures = 0;
                 self.closes_at_once = 0;
+                self.closed_from = ClosedFrom::Nobody;
                 self.base = State::Healthy;
                 Effect::Released
             }

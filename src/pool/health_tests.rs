@@ -186,17 +186,21 @@ fn unknown_verdicts_keep_a_backend_usable() {
     assert!(h.is_usable());
 }
 
+fn client(n: u8) -> IpAddr {
+    IpAddr::from([10, 0, 0, n])
+}
+
 #[test]
 fn closes_at_once_count_as_failures_although_every_connect_succeeds() {
     // A node that banned our address: every connect succeeds, every
-    // connection is closed at once.
+    // connection is closed at once, whoever the client.
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
     let mut effects = Vec::new();
-    for i in 0..3u32 {
-        let at = t + S * i;
+    for i in 0..3u8 {
+        let at = t + S * u32::from(i);
         h.connect_succeeded();
-        effects.push(h.closed_at_once(at, at, &p));
+        effects.push(h.closed_at_once(client(i), at, at, &p));
     }
     assert_eq!(
         effects,
@@ -210,23 +214,50 @@ fn closes_at_once_count_as_failures_although_every_connect_succeeds() {
 }
 
 #[test]
+fn closes_at_once_from_one_address_never_reach_the_threshold() {
+    // One client sending garbage the node drops: its matter, not the node's.
+    let (p, t) = (policy(), Instant::now());
+    let mut h = BackendHealth::default();
+    let counted: Vec<bool> = (0..9u32)
+        .map(|i| {
+            let at = t + S * i;
+            let (effect, counted) = h.closed_at_once(client(1), at, at, &p);
+            assert_eq!(effect, Effect::None, "close {i}");
+            counted
+        })
+        .collect();
+    assert_eq!(counted[..3], [true, true, false], "one short of failures");
+    assert!(counted[3..].iter().all(|c| !c));
+    assert_eq!((h.closes_at_once, h.failures(&p)), (9, 2));
+    assert!(h.is_usable());
+    // A second address: the node refuses clients, not one client.
+    assert_eq!(
+        h.closed_at_once(client(2), t + 10 * S, t + 10 * S, &p),
+        (q(QuarantineReason::ConnectFailures, 10 * S), true)
+    );
+}
+
+#[test]
 fn closes_at_once_of_one_incident_count_once_and_a_served_client_resets() {
     let (p, t) = (policy(), Instant::now());
     let mut h = BackendHealth::default();
     // Three clients connected at t, all closed: one incident.
-    for _ in 0..3 {
-        h.closed_at_once(t, t + S, &p);
+    for i in 0..3 {
+        h.closed_at_once(client(i), t, t + S, &p);
     }
     assert_eq!(h.closes_at_once, 1);
     // A failed connect adds to the same count.
     assert_eq!(h.connect_failed(t + 2 * S, t + 2 * S, &p), Effect::None);
     // A connection the node served: the closes were the clients' doing.
     h.served();
+    assert_eq!(h.closed_from, ClosedFrom::Nobody);
     assert_eq!(
-        h.closed_at_once(t + 3 * S, t + 3 * S, &p),
+        h.closed_at_once(client(1), t + 3 * S, t + 3 * S, &p),
         (Effect::None, true)
     );
     assert!(h.is_usable());
+    // One close from one address and a connect failure: the close
+    // counts (it is under the cap), so the node is out.
     assert_eq!(
         h.connect_failed(t + 4 * S, t + 4 * S, &p),
         q(QuarantineReason::ConnectFailures, 10 * S)

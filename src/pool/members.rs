@@ -4,6 +4,7 @@
 use std::ops::{Deref, DerefMut};
 
 use crate::pool::discovered::Source;
+use crate::pool::refused::Refusals;
 use crate::pool::registry::{Backend, BackendId};
 use crate::pool::saved::SavedBackend;
 
@@ -22,6 +23,8 @@ pub(in crate::pool) struct Members {
     /// Saved health records (from a state file) of discovered members
     /// not found yet: applied when a lookup brings the member back.
     pub(in crate::pool) unclaimed: Vec<SavedBackend>,
+    /// Client addresses its backends refused lately, steered elsewhere.
+    pub(in crate::pool) refused: Refusals,
 }
 
 impl Deref for Members {

@@ -22,6 +22,7 @@ pub mod lag;
 pub mod members;
 pub mod own;
 pub mod rebalance;
+pub mod refused;
 pub mod registry;
 pub mod report;
 pub mod saved;

@@ -32,7 +32,9 @@ use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
 use crate::pool::drain::DrainRun;
 use crate::pool::discovered::{self, Source};
+use crate::pool::admission::source_of;
 use crate::pool::members::Members;
+use crate::pool::refused::Refusals;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::pool::saved::HealthChanges;
 use crate::pool::select::{self, Candidate};
@@ -198,6 +200,7 @@ impl Pool {
                 leaving: Vec::new(),
                 sources,
                 unclaimed: Vec::new(),
+                refused: Refusals::default(),
             }),
             clients: AtomicUsize::new(0),
             sources: Mutex::default(),
@@ -468,6 +471,9 @@ impl Pool {
         tried: &[BackendId],
     ) -> Option<(Lease, Target)> {
         let mut backends = self.backends();
+        let refused = backends
+            .refused
+            .of(source_of(entry.client.ip()), Instant::now());
         let cands: Vec<Candidate> = backends
             .iter()
             .map(|b| Candidate {
@@ -476,8 +482,10 @@ impl Pool {
                 live: b.conns.len(),
                 last_failure: b.health.failed_at(),
                 tried: tried.contains(&b.id),
+                refused: refused(b.id),
             })
             .collect();
+        drop(refused);
         let chosen = &mut backends[select::pick(&cands)?];
         Some(self.register(chosen, conn, entry))
     }

@@ -5,7 +5,10 @@
 //! 2. while no primary is usable: usable backups it has not tried, likewise;
 //! 3. fail open: every backend it has not tried, least recently failed first.
 //!
-//! Ties go to config order. The cost is O(backends), whatever the number of
+//! Within 1 and 2 a backend that lately refused the client's address (see
+//! [`refused`](crate::pool::refused)) comes after every one that did not,
+//! whatever their loads: steering only orders the choice, it turns no
+//! client away. Ties go to config order. The cost is O(backends), whatever the number of
 //! connections.
 
 use tokio::time::Instant;
@@ -23,6 +26,8 @@ pub struct Candidate {
     pub last_failure: Option<Instant>,
     /// Already tried (and failed) for this client connection.
     pub tried: bool,
+    /// Lately closed a connection of this client's address at once.
+    pub refused: bool,
 }
 
 /// Index of the backend to try next, or `None` when every one was tried.
@@ -33,7 +38,7 @@ pub fn pick(cands: &[Candidate]) -> Option<usize> {
             .iter()
             .enumerate()
             .filter(|(_, c)| c.usable && !c.tried && c.backup == want_backup)
-            .min_by_key(|(_, c)| c.live)
+            .min_by_key(|(_, c)| (c.refused, c.live))
             .map(|(i, _)| i)
     };
     fewest(false)
@@ -61,6 +66,7 @@ mod tests {
             live,
             last_failure: None,
             tried: false,
+            refused: false,
         }
     }
 
@@ -71,6 +77,27 @@ mod tests {
             Some(1)
         );
         assert_eq!(pick(&[c(true, false, 0), c(true, false, 0)]), Some(0));
+    }
+
+    #[test]
+    fn a_backend_that_refused_the_client_comes_last_but_is_not_barred() {
+        let mut cands = [c(true, false, 0), c(true, false, 5), c(true, false, 9)];
+        cands[0].refused = true;
+        assert_eq!(
+            pick(&cands),
+            Some(1),
+            "least used of those that did not refuse"
+        );
+        cands[1].refused = true;
+        cands[2].refused = true;
+        assert_eq!(pick(&cands), Some(0), "all refused: least used as usual");
+        // A usable backup is not taken because the primaries refused.
+        let cands = [c(true, false, 0), c(true, true, 0)];
+        let refused = Candidate {
+            refused: true,
+            ..cands[0]
+        };
+        assert_eq!(pick(&[refused, cands[1]]), Some(0));
     }
 
     #[test]

@@ -5,10 +5,10 @@
 //! that serves them. Skips when litecoind is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::support::litecoind::{Litecoind, peer, try_peer};
+use crate::support::litecoind::{Litecoind, peer, try_peer_from};
 use crate::support::proxy::Proxy;
 use serde_json::Value;
 
@@ -93,6 +93,8 @@ fn a_node_that_stopped_taking_peers_fails_its_probes() {
 
 /// No probe runs after start-up: the closes at once of client connections
 /// alone take A out, after `quarantine.failures` of them, with a warning.
+/// The redials come from three client addresses (127.0.0.1-3): closes from
+/// one address alone are that client's matter (see `refused.rs`).
 fn refused_node_is_found_by_client_traffic(refuse: &[&str]) {
     let Some((a, b)) = nodes() else { return };
     let proxy = Proxy::start_blocking(&pool(a.p2p_addr(), b.p2p_addr(), "1h"));
@@ -105,13 +107,13 @@ fn refused_node_is_found_by_client_traffic(refuse: &[&str]) {
     a.call(refuse);
     // Redials go to A (fewest connections) and are closed at once; each is
     // a new incident once the proxy has recorded the last one.
-    for i in 1..=3 {
-        let redial = try_peer(proxy.addr("ltc"), T);
+    for i in 1..=3u8 {
+        let redial = try_peer_from(IpAddr::from([127, 0, 0, i]), proxy.addr("ltc"), T);
         assert!(
             redial.is_err(),
             "redial {i} completed a handshake while A refuses"
         );
-        proxy.wait_count_blocking(|e| e["message"] == "closed_at_once", i, T);
+        proxy.wait_count_blocking(|e| e["message"] == "closed_at_once", i.into(), T);
     }
     let q = proxy.wait_event_blocking(about("quarantined", "a"), T);
     assert_eq!(q["reason"], "connect_failures", "quarantine.failures is 3");

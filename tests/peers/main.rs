@@ -10,4 +10,5 @@ mod electrumx;
 mod liar;
 mod litecoind_e2e;
 mod litecoind_probe;
+mod refused;
 mod stalled;

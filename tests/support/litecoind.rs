@@ -17,7 +17,7 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -334,8 +334,36 @@ pub const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
 /// stream and the `start_height` the node announced, or why the handshake
 /// did not finish (closed, reset, timed out after `timeout`).
 pub fn try_peer(addr: SocketAddr, timeout: Duration) -> Result<(TcpStream, u64), String> {
+    let stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    handshake(stream, addr, timeout)
+}
+
+/// [`try_peer`] from the local address `from` (a loopback address such as
+/// 127.0.0.2: another client address to the proxy).
+pub fn try_peer_from(
+    from: IpAddr,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(TcpStream, u64), String> {
+    let stream = connect_from(from, addr).map_err(|e| format!("connect from {from}: {e}"))?;
+    handshake(stream, addr, timeout)
+}
+
+/// A TCP connection to `to` from the local address `from`.
+pub fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(from, 0).into())?;
+    socket.connect(&to.into())?;
+    Ok(socket.into())
+}
+
+fn handshake(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(TcpStream, u64), String> {
     use pin_proxy::inspect::wire::{self, Decoder, Version, VersionParams};
-    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
     stream
         .set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;

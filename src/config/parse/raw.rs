@@ -119,6 +119,7 @@ pub(super) struct RawQuarantine {
     pub(super) base: Option<PosDur>,
     pub(super) max: Option<PosDur>,
     pub(super) failures: Option<NonZeroU32>,
+    pub(super) refused_clients: Option<NonZeroUsize>,
 }
 
 #[derive(Deserialize, Clone, Default)]
@@ -239,6 +240,7 @@ impl Merge for RawQuarantine {
             base: self.base.or(d.base),
             max: self.max.or(d.max),
             failures: self.failures.or(d.failures),
+            refused_clients: self.refused_clients.or(d.refused_clients),
         }
     }
 }

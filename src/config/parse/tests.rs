@@ -61,6 +61,7 @@ fn builtin_defaults() {
     );
     let q = p.quarantine;
     assert_eq!((q.base, q.max, q.failures), (secs(300), secs(1800), 3));
+    assert_eq!(q.refused_clients, 1024);
     let h = &p.health;
     assert_eq!(
         (h.probe, h.interval, h.timeout),
@@ -92,6 +93,18 @@ fn defaults_merge_key_by_key_and_pool_wins() {
         (ProbeKind::BitcoinP2p, secs(7), secs(2))
     );
     assert_eq!((h.fall, h.rise), (4, 1));
+}
+
+#[test]
+fn refused_clients_come_from_defaults_or_the_pool() {
+    let c = ok(&format!(
+        "defaults:\n  quarantine: {{ refused_clients: 10 }}\n{POOL}\
+         \x20 - name: q\n    listen: 127.0.0.1:9334\n    backends: [h:2]\n    \
+         quarantine: {{ refused_clients: 20 }}\n"
+    ));
+    let (p, q) = (&c.pools[0], &c.pools[1]);
+    assert_eq!(p.quarantine.refused_clients, 10);
+    assert_eq!(q.quarantine.refused_clients, 20);
 }
 
 #[test]
@@ -249,6 +262,7 @@ const POOL_RULES: &[(&str, &str, &str)] = &[
     ("keepalive: { count: 128 }", "pools[0].keepalive.count", "1 to 127"),
     ("max_connections: 0", "pools[0].max_connections", "nonzero"),
     ("quarantine: { failures: 0 }", "pools[0].quarantine.failures", "nonzero"),
+    ("quarantine: { refused_clients: 0 }", "pools[0].quarantine.refused_clients", "nonzero"),
     ("health: { fall: 0 }", "pools[0].health.fall", "nonzero"),
     ("health: { rise: 0 }", "pools[0].health.rise", "nonzero"),
     ("rebalance: { min_imbalance: 0 }", "pools[0].rebalance.min_imbalance", "nonzero"),
