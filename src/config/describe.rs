@@ -119,7 +119,12 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
         write!(out, ", max_lag_blocks {}", h.max_lag_blocks)?;
     }
     if let Some(t) = h.stall_timeout {
-        write!(out, ", stall_timeout {}", dur(t))?;
+        write!(
+            out,
+            ", stall_timeout {} ({})",
+            dur(t),
+            h.stall_rule.as_str()
+        )?;
     }
     write!(out, ", fall {}, rise {}, ", h.fall, h.rise)?;
     match (h.drain, h.drain_spread.is_zero()) {
@@ -205,5 +210,25 @@ pub fn warnings(config: &Config) -> Vec<String> {
         ));
     }
     out.extend(state_file_warning(config));
+    out.extend(config.pools.iter().filter_map(stall_warning));
     out
+}
+
+/// How often Bitcoin-family nodes ping each peer: an idle peer of a quiet
+/// node hears nothing else for that long.
+const P2P_PING: Duration = Duration::from_secs(120);
+
+/// A `bitcoin-p2p` pool whose `stall_timeout` is under the nodes' own
+/// ping: its idle peers would be taken for a stalled node's.
+fn stall_warning(pool: &PoolConfig) -> Option<String> {
+    let timeout = pool.health.stall_timeout?;
+    (pool.health.probe == ProbeKind::BitcoinP2p && timeout < P2P_PING).then(|| {
+        format!(
+            "pool {}: health.stall_timeout {} is under the 2-minute ping of bitcoin-p2p nodes: \
+             the idle peers of a quiet node hear nothing that long, and the node would be \
+             taken for stalled (5m fits, see \"Stalled backends\")",
+            pool.name,
+            span(timeout)
+        )
+    })
 }

@@ -175,6 +175,30 @@ pub struct HealthConfig {
     /// A backend whose clients' connections received nothing from it this
     /// long, while another usable backend's did, is `stalled`; `None` = off.
     pub stall_timeout: Option<Duration>,
+    /// Which silence counts toward `stall_timeout`.
+    pub stall_rule: StallRule,
+}
+
+/// `health.stall_rule`: which silence of a connection counts as stalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StallRule {
+    /// Any silence: for nodes and subscription services that send on
+    /// their own (P2P pings every 2 minutes).
+    Push,
+    /// Only while the connection owes an answer (its client sent bytes
+    /// after the backend's last byte): quiet clients of a
+    /// request/response service never stall their backend.
+    Request,
+}
+
+impl StallRule {
+    /// The name used in config.yaml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StallRule::Push => "push",
+            StallRule::Request => "request",
+        }
+    }
 }
 
 /// How a backend is probed.

@@ -27,14 +27,14 @@ pub use error::ConfigError;
 use error::{Invalid, invalid};
 use raw::{
     Merge, Network, RawDiscovery, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe,
-    RawQuarantine, RawSettings,
+    RawQuarantine, RawSettings, RawStallRule,
 };
 use values::{ProbeUrl, RawBackend};
 
 use super::{
     AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
     KeepaliveConfig, LogConfig, LogFormat, PoolConfig, ProbeKind, QuarantineConfig,
-    RebalanceConfig,
+    RebalanceConfig, StallRule,
 };
 
 // Built-in defaults: the values of the contract's example config.
@@ -392,6 +392,10 @@ fn build_health(h: RawHealth) -> HealthConfig {
         drain: h.drain.unwrap_or(DRAIN),
         drain_spread: h.drain_spread.map_or(DRAIN_SPREAD, |d| d.0),
         stall_timeout: h.stall_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
+        stall_rule: match h.stall_rule {
+            Some(RawStallRule::Push) | None => StallRule::Push,
+            Some(RawStallRule::Request) => StallRule::Request,
+        },
     }
 }
 

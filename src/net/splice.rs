@@ -35,7 +35,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::io::{self, Read};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -245,11 +245,13 @@ struct Idle {
 }
 
 /// The shared counters one direction adds its bytes to: the backend's
-/// and the connection's own (read by pool snapshots).
+/// and the connection's own (read by pool snapshots), and whether the
+/// connection owes an answer once it moved bytes (up: it does; down: no).
 #[derive(Clone, Copy)]
 struct Totals<'a> {
     backend: &'a AtomicU64,
     conn: &'a AtomicU64,
+    owes: (&'a AtomicBool, bool),
 }
 
 /// One direction's state.
@@ -307,6 +309,7 @@ impl Splice<'_> {
                     Totals {
                         backend: &self.stats.bytes_up,
                         conn: &self.closer.bytes_up,
+                        owes: (&self.closer.owes, true),
                     },
                 ),
                 Side::Backend => (
@@ -316,6 +319,7 @@ impl Splice<'_> {
                     Totals {
                         backend: &self.stats.bytes_down,
                         conn: &self.closer.bytes_down,
+                        owes: (&self.closer.owes, false),
                     },
                 ),
             };
@@ -535,6 +539,11 @@ impl Dir {
         *moved += n as u64;
         totals.backend.fetch_add(n as u64, Ordering::Relaxed);
         totals.conn.fetch_add(n as u64, Ordering::Relaxed);
+        // Written only when it flips: a bulk transfer one way stores nothing.
+        let (owes, now) = totals.owes;
+        if owes.load(Ordering::Relaxed) != now {
+            owes.store(now, Ordering::Relaxed);
+        }
     }
 }
 

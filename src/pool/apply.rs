@@ -211,7 +211,7 @@ impl Pool {
         let others = claims(&backends, backend);
         let stall = config.health.stall_timeout.and_then(|timeout| {
             stall::sample(&mut backends, now);
-            stall::stalled(&backends, backend, now, timeout)
+            stall::stalled(&backends, backend, now, timeout, config.health.stall_rule)
         });
         let Some(b) = Pool::find(&mut backends, backend) else {
             return;

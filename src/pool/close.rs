@@ -1,6 +1,6 @@
 //! Why a connection closed, and the [`Closer`] that closes one from outside.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
@@ -95,13 +95,16 @@ impl CloseReason {
 /// per connection.
 ///
 /// Small on purpose (one per live connection): a state byte, a reason byte,
-/// the waker of the one task that serves the connection and two byte
-/// counters the splice adds to and snapshots read.
+/// a flag, the waker of the one task that serves the connection and two
+/// byte counters the splice adds to and snapshots read.
 #[derive(Debug, Default)]
 pub struct Closer {
     state: AtomicU8,
     /// A [`CloseReason`] discriminant; 0 while none was given.
     reason: AtomicU8,
+    /// The last bytes moved went client → backend: the connection owes
+    /// an answer (`health.stall_rule: request`). Set by the splice.
+    pub owes: AtomicBool,
     waker: AtomicWaker,
     /// Bytes client → backend on this connection.
     pub bytes_up: AtomicU64,

@@ -7,10 +7,17 @@
 //! clients that get a fresh handshake do not hide a node that stopped
 //! relaying to its existing peers.
 //!
+//! Under `health.stall_rule: request` a connection is silent only while
+//! it owes an answer (its client sent bytes after the backend's last
+//! byte) and has owed it for the whole timeout: a quiet client of a
+//! request/response service is not silent, so it keeps its backend from
+//! being judged stalled, as a busy one that is answered does.
+//!
 //! What each connection received is read from its byte counter (the splice
-//! keeps it) whenever a probe result is applied, so the data path does no
-//! extra work; a change is seen at the sample after it, which can only make
-//! a silence look shorter than it was, never longer.
+//! keeps it, and the flag that says it owes an answer) whenever a probe
+//! result is applied, so the data path does no extra work; a change is
+//! seen at the sample after it, which can only make a silence look shorter
+//! than it was, never longer.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -18,6 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::StallRule;
 use crate::pool::registry::{Backend, BackendId, ConnId};
 
 /// What the samples saw of one connection's bytes from its backend.
@@ -29,6 +37,8 @@ pub(in crate::pool) struct Heard {
     changed: Instant,
     /// The first sample of the connection.
     first: Instant,
+    /// The first sample that saw it owe the answer it owes now.
+    owes_since: Option<Instant>,
 }
 
 /// The samples of one backend's connections.
@@ -49,13 +59,21 @@ pub(in crate::pool) fn sample(backends: &mut [Backend], now: Instant) {
                 continue;
             }
             let bytes = entry.closer.bytes_down.load(Ordering::Relaxed);
+            let owes = entry.closer.owes.load(Ordering::Relaxed);
             match traffic.conns.get_mut(id) {
-                Some(h) if h.bytes != bytes => {
-                    h.bytes = bytes;
-                    h.changed = now;
-                    traffic.last_heard = Some(now);
+                Some(h) => {
+                    let answered = h.bytes != bytes;
+                    if answered {
+                        h.bytes = bytes;
+                        h.changed = now;
+                        traffic.last_heard = Some(now);
+                    }
+                    // Still owing after an answer: a new request since.
+                    h.owes_since = match h.owes_since {
+                        Some(since) if owes && !answered => Some(since),
+                        _ => owes.then_some(now),
+                    };
                 }
-                Some(_) => {}
                 None => {
                     // What it received before this first look counts as
                     // received now, for the others' comparison only.
@@ -68,6 +86,7 @@ pub(in crate::pool) fn sample(backends: &mut [Backend], now: Instant) {
                             bytes,
                             changed: now,
                             first: now,
+                            owes_since: owes.then_some(now),
                         },
                     );
                 }
@@ -76,18 +95,27 @@ pub(in crate::pool) fn sample(backends: &mut [Backend], now: Instant) {
     }
 }
 
-/// Why `id` is stalled at `now` under `timeout`, if it is: how many of its
-/// connections have been silent, and which usable backend was heard.
+/// Why `id` is stalled at `now` under `timeout` and `rule`, if it is: how
+/// many of its connections have been silent, and which usable backend was
+/// heard.
 pub(in crate::pool) fn stalled(
     backends: &[Backend],
     id: BackendId,
     now: Instant,
     timeout: Duration,
+    rule: StallRule,
 ) -> Option<String> {
     let b = backends.iter().find(|b| b.id == id)?;
     let since = now.checked_sub(timeout)?;
+    let silent = |h: &Heard| {
+        h.changed <= since
+            && match rule {
+                StallRule::Push => true,
+                StallRule::Request => h.owes_since.is_some_and(|t| t <= since),
+            }
+    };
     let judged: Vec<&Heard> = b.traffic.conns.values().filter(|h| h.first <= since).collect();
-    if judged.is_empty() || judged.iter().any(|h| h.changed > since) {
+    if judged.is_empty() || !judged.iter().all(|h| silent(h)) {
         return None;
     }
     let heard = backends.iter().find(|o| {
@@ -95,8 +123,12 @@ pub(in crate::pool) fn stalled(
             && o.health.is_usable()
             && o.traffic.last_heard.is_some_and(|at| at > since)
     })?;
+    let what = match rule {
+        StallRule::Push => "received nothing",
+        StallRule::Request => "waited for an answer",
+    };
     Some(format!(
-        "{} connections received nothing for {} while {} sent",
+        "{} connections {what} for {} while {} sent",
         judged.len(),
         crate::config::span(timeout),
         heard.config.name

@@ -2,7 +2,8 @@
 //! it: a backend whose connections went silent while another's received is
 //! `stalled` after `fall` probes (and drained); a quiet pool changes
 //! nothing; young connections are not judged; a probe that fails keeps its
-//! own verdict.
+//! own verdict. Under `stall_rule: request` only a connection that owes an
+//! answer can be silent.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,9 +19,13 @@ use crate::pool::registry::{BackendId, ConnEntry, Lease, Pool};
 use crate::pool::report::{Report, Verdict};
 
 fn pool(stall: &str) -> Arc<Pool> {
+    pool_with(stall, "push")
+}
+
+fn pool_with(stall: &str, rule: &str) -> Arc<Pool> {
     let yaml = format!(
         "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
-         health: {{ stall_timeout: {stall}, fall: 2, drain_spread: 0s }}\n    \
+         health: {{ stall_timeout: {stall}, stall_rule: {rule}, fall: 2, drain_spread: 0s }}\n    \
          backends: [{{ name: a, addr: \"a.invalid:9\" }}, {{ name: b, addr: \"b.invalid:9\" }}]\n"
     );
     let c = Config::parse(&yaml, "inline.yaml".as_ref()).unwrap();
@@ -162,4 +167,86 @@ async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
 
 fn pool_off() -> Arc<Pool> {
     pool("0s")
+}
+
+/// One second of a request/response exchange on `c`: the client asks (the
+/// connection owes an answer) and, if `answered`, the backend answers.
+fn exchange(c: &Conn, answered: bool) {
+    c.closer.bytes_up.fetch_add(1, Ordering::Relaxed);
+    c.closer.owes.store(true, Ordering::Relaxed);
+    if answered {
+        c.closer.bytes_down.fetch_add(1, Ordering::Relaxed);
+        c.closer.owes.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Step both backends' probes every second for `secs`: `b` answers a
+/// request each step; `a`'s client asks while `a_asks`, answered while
+/// `a_answers`.
+async fn run_requests(pool: &Pool, a: &Conn, b: &Conn, secs: u64, a_asks: bool, a_answers: bool) {
+    for _ in 0..secs {
+        time::advance(Duration::from_secs(1)).await;
+        exchange(b, true);
+        if a_asks {
+            exchange(a, a_answers);
+        }
+        probe(pool, "b");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_request_quiet_clients_never_stall_their_backend() {
+    for (rule, expected) in [
+        ("push", ProbeOutcome::Stalled),
+        ("request", ProbeOutcome::Healthy),
+    ] {
+        let pool = pool_with("10s", rule);
+        let a = connect(&pool, 1, "a");
+        let b = connect(&pool, 2, "b");
+        probe(&pool, "a");
+        // a's client got its answers, then asks nothing; b's keeps asking.
+        run_requests(&pool, &a, &b, 2, true, true).await;
+        run_requests(&pool, &a, &b, 30, false, false).await;
+        assert_eq!(probe(&pool, "a").0, expected, "{rule}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_request_a_backend_that_leaves_requests_unanswered_is_stalled() {
+    let pool = pool_with("10s", "request");
+    let a = connect(&pool, 1, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    run_requests(&pool, &a, &b, 3, true, true).await;
+    // Idle for 20 s, then one request a never answers: the silence counts
+    // from the request, not from a's last byte.
+    run_requests(&pool, &a, &b, 20, false, false).await;
+    run_requests(&pool, &a, &b, 1, true, false).await;
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "owed for 1 s");
+    run_requests(&pool, &a, &b, 9, false, false).await;
+    assert_eq!(
+        probe(&pool, "a").0,
+        ProbeOutcome::Healthy,
+        "owed for 9 s of 10"
+    );
+    run_requests(&pool, &a, &b, 2, false, false).await;
+    let (outcome, detail) = probe(&pool, "a");
+    assert_eq!(outcome, ProbeOutcome::Stalled);
+    assert!(
+        detail.contains("1 connections waited for an answer for 10s while b sent"),
+        "{detail}"
+    );
+    // A quiet client beside the unanswered one keeps a from being judged:
+    // one client's unanswered bytes do not decide for the others.
+    let pool = pool_with("10s", "request");
+    let a = connect(&pool, 1, "a");
+    let quiet = connect(&pool, 3, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    run_requests(&pool, &a, &b, 15, true, false).await;
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy);
+    // Once it asks too and is not answered, a is stalled.
+    exchange(&quiet, false);
+    run_requests(&pool, &a, &b, 11, true, false).await;
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Stalled);
 }

@@ -229,3 +229,50 @@ fn a_state_file_is_printed_and_warned_about_where_it_could_not_be_written() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("state_file: none"), "{stdout}");
 }
+
+/// A `bitcoin-p2p` pool whose `stall_timeout` is under the nodes' own
+/// 2-minute ping is warned about (its idle peers would make a quiet node
+/// look stalled), whatever the rule; 5m, or another probe kind, is not.
+/// The rule is shown with the timeout.
+#[test]
+fn a_stall_timeout_under_the_p2p_ping_is_warned_about() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let warning = "warning: pool p: health.stall_timeout 30s is under the 2-minute ping";
+    for (i, (health, warned, shown)) in [
+        (
+            "probe: bitcoin-p2p, stall_timeout: 30s",
+            true,
+            "stall_timeout 30s (push)",
+        ),
+        (
+            "probe: bitcoin-p2p, stall_timeout: 30s, stall_rule: request",
+            true,
+            "stall_timeout 30s (request)",
+        ),
+        (
+            "probe: bitcoin-p2p, stall_timeout: 5m",
+            false,
+            "stall_timeout 5m (push)",
+        ),
+        (
+            "probe: electrum, stall_timeout: 30s, stall_rule: request",
+            false,
+            "(request)",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("{i}.yaml"));
+        let yaml = format!(
+            "pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    health: {{ {health} }}\n    \
+             backends: [127.0.0.1:19335]\n"
+        );
+        std::fs::write(&path, yaml).expect("write config");
+        let out = check(&path);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{health}: {stderr}");
+        assert_eq!(stderr.contains(warning), warned, "{health}: {stderr}");
+        assert!(stdout.contains(shown), "{health}: {stdout}");
+    }
+}

@@ -28,5 +28,6 @@ mod self_loop;
 mod splice;
 mod spread;
 mod stall;
+mod stall_rule;
 mod state;
 mod upgrade;

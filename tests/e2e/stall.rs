@@ -38,10 +38,16 @@ async fn ticker(sending: Arc<AtomicBool>) -> Node {
 }
 
 fn config(a: SocketAddr, b: SocketAddr, stall: &str) -> String {
+    config_with(a, b, &format!("stall_timeout: {stall}"))
+}
+
+/// A pool of `a` and `b` probed every 100 ms, with `stall` (the stall
+/// keys) in its `health`.
+pub(crate) fn config_with(a: SocketAddr, b: SocketAddr, stall: &str) -> String {
     format!(
         "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
          rebalance: {{ interval: 0s }}\n    quarantine: {{ base: 1h, max: 1h }}\n    \
-         health: {{ probe: connect, interval: 100ms, fall: 2, stall_timeout: {stall}, drain_spread: 0s }}\n    \
+         health: {{ probe: connect, interval: 100ms, fall: 2, {stall}, drain_spread: 0s }}\n    \
          backends: [{{ name: a, addr: \"{a}\" }}, {{ name: b, addr: \"{b}\" }}]\n"
     )
 }
@@ -77,19 +83,8 @@ async fn a_backend_that_stops_sending_is_stalled_and_its_client_freed() {
         .unwrap();
 
     a_sends.store(false, Ordering::SeqCst);
-    let taken = proxy
-        .wait_event(|e| e["message"] == "quarantined" && e["backend"] == "a", T)
-        .await;
-    assert_eq!(taken["reason"], "stalled", "{taken}");
-    let probe = proxy
-        .named("probe")
-        .into_iter()
-        .find(|e| e["backend"] == "a" && e["outcome"] == "stalled")
-        .expect("a probe event says stalled");
-    assert!(
-        probe["detail"].as_str().unwrap().contains("while b sent"),
-        "{probe}"
-    );
+    let detail = stalled_detail(&proxy, "a").await;
+    assert!(detail.contains("while b sent"), "{detail}");
     let st = status(proxy.admin()).await;
     assert_eq!(backend(&st, "p", "a")["state"], "stalled");
     assert_eq!(backend(&st, "p", "b")["state"], "healthy");
@@ -123,6 +118,11 @@ async fn a_pool_where_nobody_sends_keeps_everyone() {
     // Many probes of each, well past the timeout (100 ms apart: 3 s).
     wait_probes(&proxy, "a", 30).await;
     wait_probes(&proxy, "b", 30).await;
+    everyone_kept(&proxy, 1).await;
+}
+
+/// Nobody was quarantined: `a` and `b` are healthy with `n` connections each.
+pub(crate) async fn everyone_kept(proxy: &Proxy, n: u64) {
     assert!(
         proxy.named("quarantined").is_empty(),
         "{:?}",
@@ -132,12 +132,27 @@ async fn a_pool_where_nobody_sends_keeps_everyone() {
     for name in ["a", "b"] {
         let b = backend(&st, "p", name);
         assert_eq!(b["state"], "healthy", "{b}");
-        assert_eq!(b["connections"], 1, "{b}");
+        assert_eq!(b["connections"], n, "{b}");
     }
 }
 
+/// Once `name` is quarantined as `stalled`: the `detail` of the probe
+/// event that said so.
+pub(crate) async fn stalled_detail(proxy: &Proxy, name: &str) -> String {
+    let taken = proxy
+        .wait_event(|e| e["message"] == "quarantined" && e["backend"] == name, T)
+        .await;
+    assert_eq!(taken["reason"], "stalled", "{taken}");
+    let probe = proxy
+        .named("probe")
+        .into_iter()
+        .find(|e| e["backend"] == name && e["outcome"] == "stalled")
+        .expect("a probe event says stalled");
+    probe["detail"].as_str().unwrap_or_default().to_owned()
+}
+
 /// Until `/metrics` counts `n` probes of `name`.
-async fn wait_probes(proxy: &Proxy, name: &str, n: u64) {
+pub(crate) async fn wait_probes(proxy: &Proxy, name: &str, n: u64) {
     let deadline = tokio::time::Instant::now() + T;
     let needle =
         format!("pin_proxy_probes_total{{pool=\"p\",backend=\"{name}\",outcome=\"healthy\"}} ");

@@ -136,6 +136,14 @@ pub(super) struct RawHealth {
     pub(super) drain: Option<bool>,
     pub(super) drain_spread: Option<AnyDur>,
     pub(super) stall_timeout: Option<AnyDur>,
+    pub(super) stall_rule: Option<RawStallRule>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum RawStallRule {
+    Push,
+    Request,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -267,6 +275,7 @@ impl Merge for RawHealth {
             drain: self.drain.or(d.drain),
             drain_spread: self.drain_spread.or(d.drain_spread),
             stall_timeout: self.stall_timeout.or(d.stall_timeout),
+            stall_rule: self.stall_rule.or(d.stall_rule),
         }
     }
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{default_probe_url, parse};
-use crate::config::{Config, ConfigError, LogFormat, ProbeKind};
+use crate::config::{Config, ConfigError, LogFormat, ProbeKind, StallRule};
 
 const POOL: &str = "pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    backends: [h:1]\n";
 
@@ -63,6 +63,7 @@ fn builtin_defaults() {
     assert_eq!((q.base, q.max, q.failures), (secs(300), secs(1800), 3));
     assert_eq!(q.refused_clients, 1024);
     let h = &p.health;
+    assert_eq!((h.stall_timeout, h.stall_rule), (None, StallRule::Push));
     assert_eq!(
         (h.probe, h.interval, h.timeout),
         (ProbeKind::Connect, secs(30), secs(5))
@@ -96,15 +97,25 @@ fn defaults_merge_key_by_key_and_pool_wins() {
 }
 
 #[test]
-fn refused_clients_come_from_defaults_or_the_pool() {
+fn stall_rule_and_refused_clients_come_from_defaults_or_the_pool() {
     let c = ok(&format!(
-        "defaults:\n  quarantine: {{ refused_clients: 10 }}\n{POOL}\
+        "defaults:\n  quarantine: {{ refused_clients: 10 }}\n  \
+         health: {{ stall_timeout: 1m, stall_rule: request }}\n{POOL}\
          \x20 - name: q\n    listen: 127.0.0.1:9334\n    backends: [h:2]\n    \
-         quarantine: {{ refused_clients: 20 }}\n"
+         quarantine: {{ refused_clients: 20 }}\n    health: {{ stall_rule: push }}\n"
     ));
     let (p, q) = (&c.pools[0], &c.pools[1]);
     assert_eq!(p.quarantine.refused_clients, 10);
+    assert_eq!(
+        (p.health.stall_timeout, p.health.stall_rule),
+        (Some(secs(60)), StallRule::Request)
+    );
     assert_eq!(q.quarantine.refused_clients, 20);
+    assert_eq!(
+        (q.health.stall_timeout, q.health.stall_rule),
+        (Some(secs(60)), StallRule::Push)
+    );
+    assert_eq!(StallRule::Request.as_str(), "request");
 }
 
 #[test]
@@ -263,6 +274,7 @@ const POOL_RULES: &[(&str, &str, &str)] = &[
     ("max_connections: 0", "pools[0].max_connections", "nonzero"),
     ("quarantine: { failures: 0 }", "pools[0].quarantine.failures", "nonzero"),
     ("quarantine: { refused_clients: 0 }", "pools[0].quarantine.refused_clients", "nonzero"),
+    ("health: { stall_rule: poll }", "pools[0].health.stall_rule", "unknown variant `poll`"),
     ("health: { fall: 0 }", "pools[0].health.fall", "nonzero"),
     ("health: { rise: 0 }", "pools[0].health.rise", "nonzero"),
     ("rebalance: { min_imbalance: 0 }", "pools[0].rebalance.min_imbalance", "nonzero"),
