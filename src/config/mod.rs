@@ -253,6 +253,19 @@ impl ProbeKind {
     }
 }
 
+/// `health.network` when only a `magic` was given: no known chain, so no
+/// rules to prove a height by.
+pub const CUSTOM_NETWORK: &str = "custom";
+
+impl HealthConfig {
+    /// True when the probe can prove a height with the network's headers
+    /// (`bitcoin-p2p`, `electrum*` on a named network): proof then
+    /// outranks corroboration.
+    pub fn proves_heights(&self) -> bool {
+        self.probe.uses_network() && self.network != CUSTOM_NETWORK
+    }
+}
+
 /// One backend node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {

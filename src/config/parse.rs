@@ -32,8 +32,8 @@ use raw::{
 use values::{ProbeUrl, RawBackend};
 
 use super::{
-    AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
-    KeepaliveConfig, LogConfig, LogFormat, PoolConfig, ProbeKind, QuarantineConfig,
+    AdminConfig, BackendConfig, CUSTOM_NETWORK, Config, DiscoverConfig, DiscoveryConfig,
+    HealthConfig, KeepaliveConfig, LogConfig, LogFormat, PoolConfig, ProbeKind, QuarantineConfig,
     RebalanceConfig, StallRule,
 };
 
@@ -370,7 +370,7 @@ fn build_discovery(d: RawDiscovery) -> DiscoveryConfig {
 fn build_health(h: RawHealth) -> HealthConfig {
     let (network, magic) = match (h.network, h.magic) {
         (Some(n), Some(m)) => (n.name_and_magic().0, m.0),
-        (None, Some(m)) => ("custom", m.0),
+        (None, Some(m)) => (CUSTOM_NETWORK, m.0),
         (n, None) => n.unwrap_or(NETWORK).name_and_magic(),
     };
     HealthConfig {

@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::config::ProbeKind;
+use crate::config::{PoolConfig, ProbeKind};
 use crate::pool::admission::source_of;
 use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
-use crate::pool::lag::{self, Claim, Judgement};
+use crate::pool::lag::{self, Claim, Judgement, Own, Rule};
 use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::registry::{Backend, BackendId, Pool, ProbeRecord};
 use crate::pool::saved::kept;
@@ -55,15 +55,32 @@ fn reads_height(kind: ProbeKind) -> bool {
     !matches!(kind, ProbeKind::Connect | ProbeKind::Http)
 }
 
+/// How `config`'s pool weighs heights.
+fn rule(config: &PoolConfig) -> Rule {
+    Rule {
+        max_lag: config.health.max_lag_blocks,
+        provable: config.health.proves_heights(),
+    }
+}
+
+/// What the lag rule needs of a probe's proof.
+fn own(proof: &Proof) -> Own {
+    match proof {
+        Proof::NotAsked => Own::NotAsked,
+        Proof::Proven => Own::Proven,
+        Proof::Unproven(_) | Proof::Contradicted(_) => Own::Unproven,
+    }
+}
+
 /// The detail of a claim that does not count.
 fn unproven(height: u64, lowest_other: u64, max_lag: u64, proof: &Proof) -> String {
     let why = match proof {
-        Proof::Unproven(why) => why.as_str(),
+        Proof::Unproven(why) | Proof::Contradicted(why) => why.as_str(),
         Proof::Proven | Proof::NotAsked => "no headers were checked",
     };
     format!(
         "height {height} not counted: more than {max_lag} blocks above another backend \
-         (at {lowest_other}), near none, and not proven: {why}"
+         (at {lowest_other}) and not proven: {why}"
     )
 }
 
@@ -196,12 +213,12 @@ impl Pool {
             .is_some_and(|q| since < q.until && q.until <= now)
     }
 
-    /// True when `backend`'s claim of `height` counts only once proven: it
-    /// would make another backend lag, and no other backend is near it.
+    /// True when `backend`'s claim of `height` must be proven (see
+    /// [`lag::needs_proof`]).
     pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {
-        let max_lag = self.config().health.max_lag_blocks;
+        let rule = rule(&self.config());
         let backends = self.backends();
-        lag::needs_proof(height, &claims(&backends, backend), max_lag)
+        lag::needs_proof(height, &claims(&backends, backend), rule)
     }
 
     /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
@@ -229,12 +246,24 @@ impl Pool {
             b.height = None;
             b.proven = false;
         }
-        let max_lag = config.health.max_lag_blocks;
+        let rule = rule(&config);
+        let max_lag = rule.max_lag;
         let mut detail = None;
+        // Its own headers say the claim is false: lying or broken.
+        let contradicted = match (report.height, &report.proof) {
+            (Some(h), Proof::Contradicted(why)) => {
+                Some(format!("height {h} contradicted by its own headers: {why}"))
+            }
+            _ => None,
+        };
         let outcome = match report.verdict {
+            Verdict::Healthy if contradicted.is_some() => {
+                detail = contradicted;
+                ProbeOutcome::Unhealthy
+            }
             Verdict::Healthy => match report
                 .height
-                .map(|h| (h, lag::judge(h, b.proven, &others, max_lag)))
+                .map(|h| (h, lag::judge(h, own(&report.proof), &others, rule)))
             {
                 Some((_, Judgement::Lagging { .. })) => ProbeOutcome::Lagging,
                 Some((h, Judgement::Unproven { lowest_other })) => {

@@ -5,7 +5,10 @@
 //! within `max_lag_blocks` of it) or proven (the node served the headers
 //! behind it). A single backend's claim therefore never makes another
 //! backend `lagging`: a node that lies about its height, or is on a chain
-//! of its own, cannot drain the honest ones. Pure, table-tested.
+//! of its own, cannot drain the honest ones. Where the pool can prove
+//! heights, proof outranks corroboration: a height above a proven one
+//! counts only when it is proven itself, so liars that agree with each
+//! other cannot outvote a node that shows its headers. Pure, table-tested.
 
 /// Another backend's height, as the rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +21,27 @@ pub struct Claim {
     pub healthy: bool,
 }
 
+/// How the pool weighs heights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// `health.max_lag_blocks`.
+    pub max_lag: u64,
+    /// Its probes can prove a height (`bitcoin-p2p` or `electrum*` on a
+    /// named network): proof outranks corroboration.
+    pub provable: bool,
+}
+
+/// What became of the judged backend's own claim in this probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Own {
+    /// No proof was asked for.
+    NotAsked,
+    /// Its headers proved it.
+    Proven,
+    /// A proof was asked for and did not succeed.
+    Unproven,
+}
+
 /// What the rule says of one backend's height.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Judgement {
@@ -28,42 +52,83 @@ pub enum Judgement {
         /// The corroborated or proven height it trails.
         reference: u64,
     },
-    /// More than `max_lag_blocks` above another backend, near none, and
-    /// not proven: it must not count, and its state says so.
+    /// More than `max_lag_blocks` above another backend, and neither
+    /// proven nor (where proof outranks it) corroborated: it must not
+    /// count, and its state says so.
     Unproven {
         /// The lowest height of the others: the one it would make lag.
         lowest_other: u64,
     },
 }
 
-/// True when a backend claiming `height` would make another backend lag,
-/// with no other backend near it: the claim counts only once proven.
-pub fn needs_proof(height: u64, others: &[Claim], max_lag: u64) -> bool {
+/// True when a backend claiming `height` must be asked to prove it: it
+/// would make another backend lag and no other backend is near it; where
+/// the pool can prove, whenever it is that far above another (agreeing
+/// liars must prove too) or below another (so its proof can outrank
+/// claims above it that are only corroborated).
+pub fn needs_proof(height: u64, others: &[Claim], rule: Rule) -> bool {
+    let max_lag = rule.max_lag;
     let Some(lowest) = others.iter().map(|c| c.height).min() else {
         return false;
     };
-    height > lowest.saturating_add(max_lag)
-        && !others.iter().any(|c| near(c.height, height, max_lag))
+    let above = height > lowest.saturating_add(max_lag);
+    if rule.provable {
+        let below = others
+            .iter()
+            .any(|c| c.height > height.saturating_add(max_lag));
+        return above || below;
+    }
+    above && !others.iter().any(|c| near(c.height, height, max_lag))
 }
 
-/// Judge a backend at `height` (`proven` when its headers showed it)
-/// against the `others`.
-pub fn judge(height: u64, proven: bool, others: &[Claim], max_lag: u64) -> Judgement {
+/// Judge a backend at `height` whose own proof came out as `own`, against
+/// the `others`.
+pub fn judge(height: u64, own: Own, others: &[Claim], rule: Rule) -> Judgement {
+    let max_lag = rule.max_lag;
+    let proven_own = (own == Own::Proven).then_some(height);
     let reference = others
         .iter()
-        .filter(|c| c.healthy && (c.proven || corroborated(others, c, height, max_lag)))
-        .map(|c| c.height)
-        .max();
+        .filter(|c| c.healthy && counts(c, others, height, proven_own, rule))
+        .max_by_key(|c| (c.height, c.proven));
     if let Some(reference) = reference
-        && reference > height.saturating_add(max_lag)
+        && reference.height > height.saturating_add(max_lag)
     {
-        return Judgement::Lagging { reference };
+        // Its own proof may outrank a reference that is only corroborated:
+        // not judged until it was asked for one (the next probe is).
+        if rule.provable && !reference.proven && own == Own::NotAsked {
+            return Judgement::Fine;
+        }
+        return Judgement::Lagging {
+            reference: reference.height,
+        };
     }
-    if !proven && needs_proof(height, others, max_lag) {
-        let lowest_other = others.iter().map(|c| c.height).min().unwrap_or(0);
+    let Some(lowest_other) = others.iter().map(|c| c.height).min() else {
+        return Judgement::Fine;
+    };
+    let proven = own == Own::Proven;
+    let corroborated = others.iter().any(|c| near(c.height, height, max_lag));
+    let counted = proven || (corroborated && !outranked(height, others, proven_own, rule));
+    if height > lowest_other.saturating_add(max_lag) && !counted {
         return Judgement::Unproven { lowest_other };
     }
     Judgement::Fine
+}
+
+/// Whether claim `c` may set the reference: proven, or corroborated and
+/// not outranked. `height` is the judged backend's, `proven_own` that
+/// height when its headers proved it.
+fn counts(c: &Claim, others: &[Claim], height: u64, proven_own: Option<u64>, rule: Rule) -> bool {
+    c.proven
+        || (corroborated(others, c, height, rule.max_lag)
+            && !outranked(c.height, others, proven_own, rule))
+}
+
+/// Where proof outranks corroboration: `height` is more than `max_lag`
+/// above the highest proven height (of the `others` and `proven_own`).
+fn outranked(height: u64, others: &[Claim], proven_own: Option<u64>, rule: Rule) -> bool {
+    let proven = others.iter().filter(|o| o.proven).map(|o| o.height);
+    let highest = proven.chain(proven_own).max();
+    rule.provable && highest.is_some_and(|p| height > p.saturating_add(rule.max_lag))
 }
 
 /// Another claim than `c` (among `others`, or the judged backend's own
@@ -82,116 +147,5 @@ fn near(a: u64, b: u64, max_lag: u64) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LAG: u64 = 3;
-
-    fn at(height: u64) -> Claim {
-        Claim {
-            height,
-            proven: false,
-            healthy: true,
-        }
-    }
-
-    fn proven(height: u64) -> Claim {
-        Claim {
-            proven: true,
-            ..at(height)
-        }
-    }
-
-    const LIAR: u64 = 2_000_000_000;
-
-    #[test]
-    fn a_lone_claim_makes_nobody_lag() {
-        // Two honest at 20, a liar far ahead: the honest are fine.
-        assert_eq!(judge(20, false, &[at(20), at(LIAR)], LAG), Judgement::Fine);
-        // One honest, one liar.
-        assert_eq!(judge(20, false, &[at(LIAR)], LAG), Judgement::Fine);
-        assert_eq!(
-            judge(20, false, &[at(i32::MAX as u64)], LAG),
-            Judgement::Fine
-        );
-        // Two that disagree, nothing proven: nobody is drained.
-        assert_eq!(judge(1000, false, &[at(1010)], LAG), Judgement::Fine);
-    }
-
-    #[test]
-    fn the_liar_itself_is_unproven() {
-        assert_eq!(
-            judge(LIAR, false, &[at(20), at(20)], LAG),
-            Judgement::Unproven { lowest_other: 20 }
-        );
-        assert_eq!(
-            judge(1010, false, &[at(1000)], LAG),
-            Judgement::Unproven { lowest_other: 1000 }
-        );
-        // Far above one, far below another: named by the one it would drain.
-        assert_eq!(
-            judge(1000, false, &[at(20), at(LIAR)], LAG),
-            Judgement::Unproven { lowest_other: 20 }
-        );
-        // Proven, it is fine (and the others then trail it).
-        assert_eq!(judge(1010, true, &[at(1000)], LAG), Judgement::Fine);
-    }
-
-    #[test]
-    fn a_node_that_stopped_is_caught_by_two_that_agree() {
-        assert_eq!(
-            judge(1000, false, &[at(1010), at(1011)], LAG),
-            Judgement::Lagging { reference: 1011 }
-        );
-        // ... and the two ahead need no proof: they corroborate each other.
-        assert!(!needs_proof(1010, &[at(1000), at(1011)], LAG));
-        assert_eq!(
-            judge(1010, false, &[at(1000), at(1011)], LAG),
-            Judgement::Fine
-        );
-    }
-
-    #[test]
-    fn a_node_behind_one_that_proves_its_height_is_caught() {
-        assert_eq!(
-            judge(1000, false, &[proven(1010)], LAG),
-            Judgement::Lagging { reference: 1010 }
-        );
-        assert!(needs_proof(1010, &[at(1000)], LAG));
-    }
-
-    #[test]
-    fn only_healthy_backends_set_the_reference() {
-        let quarantined = Claim {
-            healthy: false,
-            ..proven(1010)
-        };
-        assert_eq!(judge(1000, false, &[quarantined], LAG), Judgement::Fine);
-    }
-
-    #[test]
-    fn within_the_lag_nothing_needs_proof() {
-        assert!(!needs_proof(1003, &[at(1000)], LAG));
-        assert!(needs_proof(1004, &[at(1000)], LAG));
-        assert!(!needs_proof(1000, &[], LAG));
-        assert!(!needs_proof(20, &[at(20), at(LIAR)], LAG));
-        assert_eq!(judge(1003, false, &[at(1000)], LAG), Judgement::Fine);
-        assert_eq!(
-            judge(u64::MAX, false, &[at(u64::MAX)], LAG),
-            Judgement::Fine
-        );
-    }
-
-    #[test]
-    fn two_claims_that_agree_with_each_other_corroborate() {
-        // The judged backend's own height corroborates another's.
-        assert_eq!(
-            judge(1009, false, &[at(1010), at(900)], LAG),
-            Judgement::Fine
-        );
-        assert_eq!(
-            judge(900, false, &[at(1010), at(1009)], LAG),
-            Judgement::Lagging { reference: 1010 }
-        );
-    }
-}
+#[path = "lag_tests.rs"]
+mod tests;

@@ -76,6 +76,12 @@ pub enum Proof {
     NotAsked,
     /// The node served valid headers up to the claimed height.
     Proven,
-    /// It did not, and why.
+    /// Not proven, and why, with nothing against the claim: the proof was
+    /// cut short by the timeout, goes on at the next probe, or cannot be
+    /// made (no rules for a custom network).
     Unproven(String),
+    /// The node's own headers contradict its claim, and how: none, too
+    /// few, not linked, not enough work, another chain's. A node lying or
+    /// broken: a bad verdict.
+    Contradicted(String),
 }

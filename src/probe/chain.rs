@@ -18,6 +18,14 @@ const SPARSE: u64 = 1000;
 /// doubling its steps, as Bitcoin Core builds them.
 const LOCATOR_STEP_ONE: usize = 10;
 
+/// What a probe may prove: the network's chain, and which claims need it.
+pub struct Proving<'a> {
+    /// What is known of the network's chain.
+    pub chain: &'a Chain,
+    /// True for a claimed height that must be proven.
+    pub wanted: &'a (dyn Fn(u64) -> bool + Send + Sync),
+}
+
 /// The proven chain of one network; shared by every probe of it.
 #[derive(Debug)]
 pub struct Chain {

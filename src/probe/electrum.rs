@@ -5,13 +5,16 @@
 //! [`super::tls`]), send `server.version` (protocol 1.6 requires it first),
 //! then `blockchain.headers.subscribe`, whose answer is the tip: its height
 //! and its 80-byte header. The header's proof of work must be under its own
-//! target, within the network's limit; that proves the height. A failed
+//! target, within the network's limit (a network that is not the servers'
+//! fails here, and the detail says so). One header proves nothing about its
+//! height: when the pool wants the claim proven, the same session fetches
+//! the headers behind it ([`super::electrum_headers`]). A failed
 //! connect is `down`, and so is a server that accepts and then closes
 //! before answering (what ElectrumX does at `MAX_SESSIONS`). An error
 //! reply, garbage, a line over [`MAX_LINE`] bytes, a header without its
 //! work, or no answer within the timeout is `unknown`. The whole probe,
 //! connect included, ends within its timeout and reads at most
-//! [`MAX_READ`] bytes.
+//! [`MAX_READ`] bytes, and [`electrum_headers::MAX_READ`] more to prove.
 
 use std::time::Duration;
 
@@ -20,6 +23,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
+use super::chain::Proving;
+use super::electrum_headers;
 use super::p2p;
 use super::pow::{ChainParams, HEADER_LEN, Header};
 use super::tls::AnyCertTls;
@@ -43,7 +48,8 @@ const MAX_SHOWN: usize = 80;
 
 /// Probe the Electrum server at `addr` (`host:port`), over TLS when `tls`
 /// is given; its tip header is checked under `params` (none: a custom
-/// network, whose heights can only be corroborated).
+/// network, whose heights can only be corroborated), and its height proven
+/// when `proving` wants it.
 ///
 /// Never panics; returns within `timeout` (plus scheduling delay and one
 /// proof-of-work hash).
@@ -51,6 +57,7 @@ pub async fn probe(
     addr: &str,
     tls: Option<&AnyCertTls>,
     params: Option<&ChainParams>,
+    proving: Option<Proving<'_>>,
     timeout: Duration,
 ) -> Report {
     let now = Instant::now();
@@ -62,10 +69,16 @@ pub async fn probe(
         Ok(stream) => stream,
         Err(detail) => return Report::new(Verdict::Down, detail),
     };
+    let ask = Ask {
+        params,
+        proving: proving.as_ref(),
+        deadline,
+        timeout,
+    };
     let tip = match tls {
-        None => ask(stream, deadline, timeout).await,
+        None => ask.run(stream).await,
         Some(tls) => match timeout_at(deadline, tls.connect(addr, stream)).await {
-            Ok(Ok(stream)) => ask(stream, deadline, timeout).await,
+            Ok(Ok(stream)) => ask.run(stream).await,
             Ok(Err(err)) => Err(handshake_failure(&err)),
             Err(_) => Err(Failure::Garbled(format!(
                 "no TLS handshake within {}",
@@ -73,19 +86,12 @@ pub async fn probe(
             ))),
         },
     };
-    let tip = match tip {
+    let (tip, proof) = match tip {
         Ok(tip) => tip,
         Err(Failure::Closed(detail)) => return Report::new(Verdict::Down, detail),
         Err(Failure::Garbled(detail)) => return Report::new(Verdict::Unknown, detail),
     };
     let height = tip.height;
-    let proof = match params {
-        Some(params) => match params.check_alone(height, &tip.header) {
-            Ok(()) => Proof::Proven,
-            Err(err) => return Report::new(Verdict::Unknown, format!("tip {err}")),
-        },
-        None => Proof::Unproven("no proof-of-work rules for a custom network".into()),
-    };
     Report {
         proof,
         ..Report::with_height(
@@ -97,16 +103,18 @@ pub async fn probe(
 }
 
 /// What a server said its tip is.
-struct Tip {
+pub(super) struct Tip {
     software: String,
     protocol: String,
-    height: u64,
-    header: Header,
+    /// The height it claims.
+    pub(super) height: u64,
+    /// The header it says is at that height.
+    pub(super) header: Header,
 }
 
 /// Why a probe failed after the connect.
 #[derive(Debug)]
-enum Failure {
+pub(super) enum Failure {
     /// The server closed or reset the connection before answering.
     Closed(String),
     /// It answered something we do not understand, an error, or nothing in time.
@@ -124,32 +132,74 @@ fn handshake_failure(err: &std::io::Error) -> Failure {
     }
 }
 
-/// Ask for the version and the tip on `stream`, then close it.
-async fn ask<S>(stream: S, deadline: Instant, timeout: Duration) -> Result<Tip, Failure>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut session = Session::new(stream);
-    let tip = match timeout_at(deadline, session.tip()).await {
-        Ok(tip) => tip,
-        Err(_) => Err(Failure::Garbled(format!(
-            "no answer to {} within {}",
-            session.awaiting,
-            crate::config::span(timeout)
-        ))),
-    };
-    session.close().await;
-    tip
+/// What one probe asks of a server once connected.
+struct Ask<'a> {
+    params: Option<&'a ChainParams>,
+    proving: Option<&'a Proving<'a>>,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl Ask<'_> {
+    /// Ask for the version and the tip on `stream`, check the tip, prove
+    /// it if wanted, then close the stream.
+    async fn run<S>(&self, stream: S) -> Result<(Tip, Proof), Failure>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut session = Session::new(stream);
+        let tip = match timeout_at(self.deadline, session.tip()).await {
+            Ok(tip) => tip,
+            Err(_) => Err(Failure::Garbled(format!(
+                "no answer to {} within {}",
+                session.awaiting,
+                crate::config::span(self.timeout)
+            ))),
+        };
+        let result = match tip {
+            Ok(tip) => self.judge(&mut session, tip).await,
+            Err(failure) => Err(failure),
+        };
+        session.close().await;
+        result
+    }
+
+    /// The tip's own work under the network's rules, then the proof.
+    async fn judge<S>(&self, session: &mut Session<S>, tip: Tip) -> Result<(Tip, Proof), Failure>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let Some(params) = self.params else {
+            let why = "no proof-of-work rules for a custom network";
+            return Ok((tip, Proof::Unproven(why.into())));
+        };
+        if let Err(err) = params.check_alone(tip.height, &tip.header) {
+            return Err(Failure::Garbled(format!(
+                "tip {err}: health.network {} may not be the servers' chain",
+                params.name
+            )));
+        }
+        let proof = match self.proving {
+            Some(p) if (p.wanted)(tip.height) => {
+                session.budget += electrum_headers::MAX_READ;
+                electrum_headers::prove(session, p.chain, &tip, self.deadline).await
+            }
+            _ => Proof::NotAsked,
+        };
+        Ok((tip, proof))
+    }
 }
 
 /// A line-framed JSON-RPC connection within a read budget.
-struct Session<S> {
+pub(super) struct Session<S> {
     stream: S,
     /// Bytes read and not yet returned as lines.
     buf: Vec<u8>,
     /// How much of `buf` is known to hold no newline.
     scanned: usize,
     read: usize,
+    /// Most bytes it may read.
+    budget: usize,
     next_id: u64,
     /// The method whose answer we wait for, for errors.
     awaiting: &'static str,
@@ -162,6 +212,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             buf: Vec::new(),
             scanned: 0,
             read: 0,
+            budget: MAX_READ,
             next_id: 0,
             awaiting: "server.version",
         }
@@ -190,7 +241,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Send a request and return its `result`, skipping notifications.
-    async fn call(&mut self, method: &'static str, params: Value) -> Result<Value, Failure> {
+    pub(super) async fn call(
+        &mut self,
+        method: &'static str,
+        params: Value,
+    ) -> Result<Value, Failure> {
         self.awaiting = method;
         let id = self.next_id;
         self.next_id += 1;
@@ -257,13 +312,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             if self.buf.len() > MAX_LINE {
                 return Err(self.too_long());
             }
-            if self.read >= MAX_READ {
+            if self.read >= self.budget {
                 return Err(Failure::Garbled(format!(
-                    "no answer to {} in the first {MAX_READ} bytes",
-                    self.awaiting
+                    "no answer to {} in the first {} bytes",
+                    self.awaiting, self.budget
                 )));
             }
-            let want = chunk.len().min(MAX_READ - self.read);
+            let want = chunk.len().min(self.budget - self.read);
             let n = match self.stream.read(&mut chunk[..want]).await {
                 Ok(n) => n,
                 Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => {
@@ -300,7 +355,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 }
 
 /// An 80-byte header from its hex.
-fn header(hex: &str) -> Option<Header> {
+pub(super) fn header(hex: &str) -> Option<Header> {
     let hex = hex.as_bytes();
     if hex.len() != 2 * HEADER_LEN {
         return None;

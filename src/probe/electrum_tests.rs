@@ -138,13 +138,14 @@ fn assert_verdict(report: &Report, verdict: Verdict, detail: &str) {
 }
 
 #[tokio::test]
-async fn healthy_with_the_height_its_tip_header_proves() {
+async fn healthy_with_the_height_it_claims_when_its_tip_header_has_its_work() {
     let (addr, _) = server(electrumx(mined(true), 431)).await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_eq!(
         report,
         Report {
-            proof: Proof::Proven,
+            // One header proves nothing about its height.
+            proof: Proof::NotAsked,
             ..Report::with_height(
                 Verdict::Healthy,
                 431,
@@ -170,7 +171,7 @@ async fn asks_server_version_first_then_the_tip_then_closes() {
         tx.send(got).unwrap();
     })
     .await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_eq!(report.height, Some(5), "{report:?}");
     // Both requests, and then the probe hung up.
     let got = rx.await.unwrap();
@@ -202,7 +203,7 @@ async fn skips_notifications_blank_lines_and_padding() {
         Some(out)
     })
     .await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
     assert_eq!(report.height, Some(12));
 }
@@ -212,14 +213,14 @@ async fn refused_connect_is_down() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let report = probe(&addr, None, regtest(), SHORT).await;
+    let report = probe(&addr, None, regtest(), None, SHORT).await;
     assert_verdict(&report, Verdict::Down, "refused");
 }
 
 #[tokio::test]
 async fn accepted_then_closed_is_down() {
     let addr = raw(|stream| async move { drop(stream) }).await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     // Closed or reset, as the close races our request.
     assert_verdict(
         &report,
@@ -232,7 +233,7 @@ async fn accepted_then_closed_is_down() {
         _ => None,
     })
     .await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_verdict(
         &report,
         Verdict::Down,
@@ -247,7 +248,7 @@ async fn an_error_reply_is_unknown() {
                           "error": {"code": 1, "message": "unsupported protocol version: 1.6\u{7}"}})))
     })
     .await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_verdict(
         &report,
         Verdict::Unknown,
@@ -272,7 +273,7 @@ async fn garbage_is_unknown() {
     ];
     for (reply, detail) in cases {
         let (addr, _) = server(move |_| Some(reply.to_vec())).await;
-        let report = probe(&addr, None, regtest(), LONG).await;
+        let report = probe(&addr, None, regtest(), None, LONG).await;
         assert_verdict(&report, Verdict::Unknown, detail);
     }
 }
@@ -292,7 +293,7 @@ async fn a_tip_of_the_wrong_shape_is_unknown() {
             _ => result(request, tip.clone()),
         })
         .await;
-        let report = probe(&addr, None, regtest(), LONG).await;
+        let report = probe(&addr, None, regtest(), None, LONG).await;
         assert_verdict(
             &report,
             Verdict::Unknown,
@@ -304,7 +305,7 @@ async fn a_tip_of_the_wrong_shape_is_unknown() {
 #[tokio::test]
 async fn silence_is_unknown_within_the_timeout() {
     let (addr, _) = server(|_| Some(Vec::new())).await;
-    let report = probe(&addr, None, regtest(), SHORT).await;
+    let report = probe(&addr, None, regtest(), None, SHORT).await;
     assert_verdict(
         &report,
         Verdict::Unknown,
@@ -322,7 +323,7 @@ async fn a_line_over_the_bound_is_unknown() {
             Some(long)
         })
         .await;
-        let report = probe(&addr, None, regtest(), LONG).await;
+        let report = probe(&addr, None, regtest(), None, LONG).await;
         assert_verdict(&report, Verdict::Unknown, "a line over 65536 bytes");
     }
 }
@@ -335,7 +336,7 @@ async fn endless_notifications_end_at_the_read_bound() {
         Some(notice.repeat(MAX_READ / notice.len() + 2))
     })
     .await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_verdict(
         &report,
         Verdict::Unknown,
@@ -346,7 +347,7 @@ async fn endless_notifications_end_at_the_read_bound() {
 #[tokio::test]
 async fn a_tip_header_without_its_work_is_unknown() {
     let (addr, _) = server(electrumx(mined(false), 431)).await;
-    let report = probe(&addr, None, regtest(), LONG).await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_verdict(
         &report,
         Verdict::Unknown,
@@ -354,7 +355,7 @@ async fn a_tip_header_without_its_work_is_unknown() {
     );
     // A regtest header is far too easy for mainnet.
     let (addr, _) = server(electrumx(mined(true), 431)).await;
-    let report = probe(&addr, None, params("litecoin"), LONG).await;
+    let report = probe(&addr, None, params("litecoin"), None, LONG).await;
     assert_verdict(
         &report,
         Verdict::Unknown,
@@ -374,23 +375,23 @@ async fn the_network_picks_the_hash() {
         *byte = u8::from_str_radix(&genesis[2 * i..2 * i + 2], 16).unwrap();
     }
     let (addr, _) = server(electrumx(Header { raw }, 0)).await;
-    let report = probe(&addr, None, params("litecoin"), LONG).await;
+    let report = probe(&addr, None, params("litecoin"), None, LONG).await;
     assert_eq!(
         (report.verdict, report.proof),
-        (Verdict::Healthy, Proof::Proven)
+        (Verdict::Healthy, Proof::NotAsked)
     );
     let bitcoin = ChainParams {
         limit_bits: 0x1e0f_ffff,
         ..*params("bitcoin").unwrap()
     };
-    let report = probe(&addr, None, Some(&bitcoin), LONG).await;
+    let report = probe(&addr, None, Some(&bitcoin), None, LONG).await;
     assert_verdict(&report, Verdict::Unknown, "lacks the proof of work");
 }
 
 #[tokio::test]
 async fn a_custom_network_reads_heights_without_proof() {
     let (addr, _) = server(electrumx(mined(false), 20)).await;
-    let report = probe(&addr, None, None, LONG).await;
+    let report = probe(&addr, None, None, None, LONG).await;
     assert_eq!(report.verdict, Verdict::Healthy);
     assert_eq!(report.height, Some(20));
     assert!(matches!(report.proof, Proof::Unproven(_)), "{report:?}");
@@ -436,12 +437,12 @@ where
 async fn tls_accepts_a_self_signed_certificate_and_sends_the_name() {
     let tls = AnyCertTls::new().unwrap();
     let (port, mut names) = tls_server(electrumx(mined(true), 77)).await;
-    let report = probe(&format!("localhost:{port}"), Some(&tls), regtest(), LONG).await;
+    let report = probe(&format!("localhost:{port}"), Some(&tls), regtest(), None, LONG).await;
     assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
-    assert_eq!((report.height, report.proof), (Some(77), Proof::Proven));
+    assert_eq!((report.height, report.proof), (Some(77), Proof::NotAsked));
     assert_eq!(names.recv().await, Some(Some("localhost".to_owned())));
     // An address: no SNI.
-    let report = probe(&format!("127.0.0.1:{port}"), Some(&tls), regtest(), LONG).await;
+    let report = probe(&format!("127.0.0.1:{port}"), Some(&tls), regtest(), None, LONG).await;
     assert_eq!(report.height, Some(77), "{report:?}");
     assert_eq!(names.recv().await, Some(None));
 }
@@ -458,14 +459,14 @@ async fn tls_failures() {
         while s.read(&mut buf).await.unwrap_or(0) > 0 {}
     })
     .await;
-    let report = probe(&plain, Some(&tls), regtest(), LONG).await;
+    let report = probe(&plain, Some(&tls), regtest(), None, LONG).await;
     assert_verdict(&report, Verdict::Unknown, "TLS handshake");
     // Accepted and closed before the handshake: down.
     let closing = raw(|stream| async move { drop(stream) }).await;
-    let report = probe(&closing, Some(&tls), regtest(), LONG).await;
+    let report = probe(&closing, Some(&tls), regtest(), None, LONG).await;
     assert_verdict(&report, Verdict::Down, "TLS handshake");
     // A TLS server that says nothing after the handshake.
     let (port, _) = tls_server(|_| Some(Vec::new())).await;
-    let report = probe(&format!("127.0.0.1:{port}"), Some(&tls), regtest(), SHORT).await;
+    let report = probe(&format!("127.0.0.1:{port}"), Some(&tls), regtest(), None, SHORT).await;
     assert_verdict(&report, Verdict::Unknown, "no answer to server.version");
 }

@@ -61,13 +61,15 @@ impl<'a> ProofRun<'a> {
                 None => locator.iter().map(|t| t.hash).collect(),
             };
             let payload = getheaders(&asked);
-            let headers = match peer.request(&payload).await.and_then(|p| parse(&p)) {
-                Ok(headers) => headers,
+            // No answer says nothing about the claim; a wrong one does.
+            let headers = match peer.request(&payload).await.map(|p| parse(&p)) {
+                Ok(Ok(headers)) => headers,
+                Ok(Err(detail)) => return Proof::Contradicted(detail),
                 Err(detail) => return Proof::Unproven(detail),
             };
             let reached = self.run.last().or(locator.first()).map_or(0, |t| t.height);
             let Some(first) = headers.first() else {
-                return Proof::Unproven(format!(
+                return Proof::Contradicted(format!(
                     "no headers above height {reached} (claimed {})",
                     self.claim
                 ));
@@ -76,7 +78,9 @@ impl<'a> ProofRun<'a> {
                 Some(last) => *last,
                 None => match locator.iter().find(|t| t.hash == first.prev()) {
                     Some(known) => *known,
-                    None => return Proof::Unproven("headers attach to no block we know".into()),
+                    None => {
+                        return Proof::Contradicted("headers attach to no block we know".into());
+                    }
                 },
             };
             let from = *self.from.get_or_insert(start);
@@ -87,7 +91,9 @@ impl<'a> ProofRun<'a> {
             for chunk in headers.chunks(CHECK_CHUNK) {
                 let checked = match check(self.chain.params(), prev, chunk.to_vec()).await {
                     Ok(tips) => tips,
-                    Err(detail) => return Proof::Unproven(format!("invalid headers: {detail}")),
+                    Err(detail) => {
+                        return Proof::Contradicted(format!("invalid headers: {detail}"));
+                    }
                 };
                 prev = checked.last().copied().unwrap_or(prev);
                 self.run.extend(checked);
@@ -98,7 +104,7 @@ impl<'a> ProofRun<'a> {
                 return Proof::Proven;
             }
             if !full {
-                return Proof::Unproven(format!(
+                return Proof::Contradicted(format!(
                     "headers end at height {height}, below the claimed {}",
                     self.claim
                 ));
@@ -115,7 +121,7 @@ impl<'a> ProofRun<'a> {
 
 /// Check `headers` as successors of `start`, off the async threads (scrypt
 /// costs real CPU).
-async fn check(
+pub(super) async fn check(
     params: &'static ChainParams,
     start: Tip,
     headers: Vec<Header>,

@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod dns;
 pub mod electrum;
+pub mod electrum_headers;
 pub mod headers;
 pub mod http;
 pub mod p2p;

@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
-use super::chain::Chain;
+use super::chain::Proving;
 use super::headers;
 use crate::pool::report::Proof;
 use super::wire::{self, Decoder, Magic, Message, Version, VersionParams};
@@ -32,14 +32,6 @@ pub const MAX_READ: usize = 64 * 1024;
 /// Most bytes read from a node while proving, on top of [`MAX_READ`].
 const MAX_PROOF_READ: usize =
     (headers::MAX_PER_PROBE / headers::MAX_PER_MESSAGE + 1) * (headers::MAX_PAYLOAD + MAX_READ);
-
-/// What a probe may prove: the network's chain, and which claims need it.
-pub struct Proving<'a> {
-    /// What is known of the network's chain.
-    pub chain: &'a Chain,
-    /// True for a claimed height that must be proven.
-    pub wanted: &'a (dyn Fn(u64) -> bool + Send + Sync),
-}
 
 /// Probe the node at `addr` (`host:port`) on the network of `magic`.
 ///

@@ -18,7 +18,7 @@ use tracing::warn;
 
 use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
 use crate::net::connect;
-use crate::probe::chain::Chain;
+use crate::probe::chain::{Chain, Proving};
 use crate::probe::http::HttpProber;
 use crate::pool::report::{Report, Verdict};
 use crate::probe::tls::AnyCertTls;
@@ -242,15 +242,16 @@ impl Prober {
         live: &[(Arc<Pool>, BackendId, u64)],
     ) -> Report {
         let (addr, timeout) = (key.addr.as_str(), key.timeout);
+        // A claim is proven only when some pool would act on it.
+        let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
+        let chain = self.chain(&key.network);
+        let proving = chain.as_deref().map(|chain| Proving {
+            chain,
+            wanted: &wanted,
+        });
+        let params = pow::params(&key.network);
         match (key.kind, url, &self.http) {
             (ProbeKind::BitcoinP2p, _, _) => {
-                // A claim is proven only when some pool would act on it.
-                let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
-                let chain = self.chain(&key.network);
-                let proving = chain.as_deref().map(|chain| p2p::Proving {
-                    chain,
-                    wanted: &wanted,
-                });
                 p2p::probe_proving(addr, key.magic, timeout, proving).await
             }
             (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
@@ -265,10 +266,10 @@ impl Prober {
                 Report::new(Verdict::Unknown, "no HTTP client")
             }
             (ProbeKind::Electrum, _, _) => {
-                electrum::probe(addr, None, pow::params(&key.network), timeout).await
+                electrum::probe(addr, None, params, proving, timeout).await
             }
             (ProbeKind::ElectrumTls, _, _) => match &self.tls {
-                Some(tls) => electrum::probe(addr, Some(tls), pow::params(&key.network), timeout).await,
+                Some(tls) => electrum::probe(addr, Some(tls), params, proving, timeout).await,
                 None => Report::new(Verdict::Unknown, "no TLS client"),
             },
         }

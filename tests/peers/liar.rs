@@ -1,8 +1,11 @@
 //! A node that lies about its height cannot capture a pool, through the real
 //! binary: a claim far above every other backend that its node does not
-//! prove makes nobody `lagging`, and the liar itself is `unknown` with a
-//! detail saying its height is not counted. Real lag is still caught: by two
-//! nodes that agree, or by one that proves its height with headers.
+//! prove makes nobody `lagging`. A liar whose own headers contradict its
+//! claim is `unhealthy`, with a detail saying so; one that cannot be asked
+//! (a Blockbook height) is `unknown`, its height not counted. Liars that
+//! agree with each other do not outvote a node that proves its height. Real
+//! lag is still caught: by two nodes that agree, or by one that proves its
+//! height with headers.
 //!
 //! Liars are simulated nodes that announce more than they serve headers for
 //! ([`SimNode::set_headers_to`]), a script node announcing any
@@ -34,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 
 const LIAR: u64 = 2_000_000_000;
 
-/// Why a liar that serves no headers is not proven.
-const NO_HEADERS: &str = "not proven: no headers above height 0 (claimed";
+/// Why a liar that serves no headers is contradicted.
+const NO_HEADERS: &str = "contradicted by its own headers: no headers above height 0 (claimed";
 
 /// Healthy probes each honest backend must pass after the liar was judged.
 const MORE_PROBES: u32 = 4;
@@ -75,6 +78,30 @@ fn judged_unproven(proxy: &Proxy, liar: &str, honest: &[&str]) -> Value {
     event
 }
 
+/// Wait until `liar`'s probe is `unhealthy`, or one of `honest` was acted
+/// on (fail at once, with the event). Its detail must say its own headers
+/// contradict its claim, because `why`.
+pub(crate) fn judged_contradicted(proxy: &Proxy, liar: &str, honest: &[&str], why: &str) -> Value {
+    let bad = probed(liar, "unhealthy");
+    let event = proxy.wait_event_blocking(|e| bad(e) || honest.iter().any(|h| acted_on(e, h)), T);
+    assert!(bad(&event), "an honest backend was acted on: {event}");
+    let detail = event["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("contradicted by its own headers") && detail.contains(why),
+        "liar's detail: {detail}"
+    );
+    event
+}
+
+/// `/status` shows `liar` out as `unhealthy`, its last probe saying `why`.
+async fn assert_contradicted(admin: SocketAddr, liar: &str, why: &str) {
+    let status = status_of(admin, liar).await;
+    assert_eq!(status["state"], "unhealthy", "{status}");
+    assert_eq!(status["last_probe"]["outcome"], "unhealthy", "{status}");
+    let detail = status["last_probe"]["detail"].as_str().unwrap();
+    assert!(detail.contains(why), "{liar}'s detail: {detail}");
+}
+
 /// `/status` shows `liar` unknown, its last probe not counted because `why`.
 async fn assert_not_counted(admin: SocketAddr, liar: &str, why: &str) {
     let status = status_of(admin, liar).await;
@@ -87,17 +114,18 @@ async fn assert_not_counted(admin: SocketAddr, liar: &str, why: &str) {
     );
 }
 
-/// Nothing acted on `honest`, and no client connection of pool `p` closed.
-fn assert_untouched(proxy: &Proxy, honest: &[&str]) {
+/// Nothing acted on `honest`, and no client connection of theirs closed.
+pub(crate) fn assert_untouched(proxy: &Proxy, honest: &[&str]) {
     let events = proxy.events();
     for h in honest {
         let acted: Vec<&Value> = events.iter().filter(|e| acted_on(e, h)).collect();
         assert!(acted.is_empty(), "{h} was acted on: {acted:?}");
     }
-    let closed: Vec<&Value> = events
-        .iter()
-        .filter(|e| (e["message"] == "closed" || e["message"] == "drained") && e["pool"] == "p")
-        .collect();
+    let moved = |e: &&Value| {
+        let theirs = e["pool"] == "p" && honest.iter().any(|h| e["backend"] == *h);
+        theirs && (e["message"] == "closed" || e["message"] == "drained")
+    };
+    let closed: Vec<&Value> = events.iter().filter(moved).collect();
     assert!(closed.is_empty(), "clients were moved: {closed:?}");
 }
 
@@ -128,13 +156,54 @@ async fn liar_beside_two_real_litecoin_nodes_drains_nobody() {
         let got = (&first["outcome"], &first["height"]);
         assert_eq!(got, (&"healthy".into(), &20.into()), "{first}");
     }
-    judged_unproven(&proxy, "liar", &["a", "b"]);
+    judged_contradicted(&proxy, "liar", &["a", "b"], NO_HEADERS);
+    proxy.wait_event(about("quarantined", "liar"), T).await;
     let _clients = Clients::spawn(&proxy, 6).await;
-    wait_live(&proxy, &[("a", 2), ("b", 2), ("liar", 2)]).await;
+    wait_live(&proxy, &[("a", 3), ("b", 3), ("liar", 0)]).await;
     wait_healthy_probes(admin, &["a", "b"], MORE_PROBES).await;
-    assert_not_counted(admin, "liar", NO_HEADERS).await;
+    assert_contradicted(admin, "liar", NO_HEADERS).await;
     assert_untouched(&proxy, &["a", "b"]);
-    wait_live(&proxy, &[("a", 2), ("b", 2), ("liar", 2)]).await;
+    wait_live(&proxy, &[("a", 3), ("b", 3), ("liar", 0)]).await;
+}
+
+/// A real Litecoin Core node at 120, its height provable, and two script
+/// nodes that both claim 2e9 and serve no headers: the liars agree with
+/// each other, but proof outranks that. The honest node stays healthy and
+/// ends with every client; the liars are unhealthy, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_liars_that_agree_do_not_outvote_a_node_that_proves_its_height() {
+    let Some(honest) = Litecoind::start(None) else {
+        return;
+    };
+    honest.mine(120);
+    let claim = i32::try_from(LIAR).unwrap();
+    let (l1, l2) = (
+        ScriptNode::start(claim, Vec::new()).await,
+        ScriptNode::start(claim, Vec::new()).await,
+    );
+    let proxy = start(
+        "bitcoin-p2p",
+        &[
+            backend("a", honest.p2p_addr()),
+            backend("l1", l1.addr),
+            backend("l2", l2.addr),
+        ],
+    );
+    let admin = admin_addr(&proxy);
+    let _clients = Clients::spawn(&proxy, 6).await;
+    for liar in ["l1", "l2"] {
+        judged_contradicted(&proxy, liar, &["a"], NO_HEADERS);
+        proxy.wait_event(about("quarantined", liar), T).await;
+        assert_contradicted(admin, liar, NO_HEADERS).await;
+    }
+    wait_live(&proxy, &[("a", 6), ("l1", 0), ("l2", 0)]).await;
+    wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
+    assert_untouched(&proxy, &["a"]);
+    let a = status_of(admin, "a").await;
+    assert_eq!(
+        (&a["state"], &a["height"]),
+        (&"healthy".into(), &120.into())
+    );
 }
 
 /// Blockbook twins at 20, 20 and 2e9: a REST height cannot be
@@ -170,14 +239,15 @@ async fn one_honest_beside_a_liar(claim: u64) {
         &[backend("a", honest.addr()), backend("liar", liar.addr())],
     );
     let admin = admin_addr(&proxy);
-    let judged = judged_unproven(&proxy, "liar", &["a"]);
+    let judged = judged_contradicted(&proxy, "liar", &["a"], NO_HEADERS);
     assert_eq!(judged["height"], claim);
+    proxy.wait_event(about("quarantined", "liar"), T).await;
     let _clients = Clients::spawn(&proxy, 4).await;
-    wait_live(&proxy, &[("a", 2), ("liar", 2)]).await;
+    wait_live(&proxy, &[("a", 4), ("liar", 0)]).await;
     wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
     assert_untouched(&proxy, &["a"]);
     assert_eq!(status_of(admin, "a").await["state"], "healthy");
-    assert_not_counted(admin, "liar", NO_HEADERS).await;
+    assert_contradicted(admin, "liar", NO_HEADERS).await;
 }
 
 /// One honest node beside a liar at 2e9.
@@ -233,9 +303,9 @@ async fn liar_added_by_reload_drains_nobody() {
         .reload(&config(&listen, &admin_at, "bitcoin-p2p", &backends))
         .await;
     assert_eq!(outcome["message"], "reloaded", "{outcome}");
-    judged_unproven(&proxy, "liar", &["a", "b"]);
+    judged_contradicted(&proxy, "liar", &["a", "b"], NO_HEADERS);
     wait_healthy_probes(admin, &["a", "b"], MORE_PROBES).await;
-    assert_not_counted(admin, "liar", NO_HEADERS).await;
+    assert_contradicted(admin, "liar", NO_HEADERS).await;
     assert_untouched(&proxy, &["a", "b"]);
     wait_live(&proxy, &[("a", 2), ("b", 2), ("liar", 0)]).await;
     for h in ["a", "b"] {
@@ -356,7 +426,7 @@ async fn real_node_behind_one_that_proves_its_height_is_lagging() {
 }
 
 /// A liar whose headers stop short of its claim, and one whose
-/// headers lack the work: no one lagging, the liar unknown and not proven.
+/// headers lack the work: no one lagging, the liar unhealthy, contradicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
     let honest = sim(40).await;
@@ -366,11 +436,12 @@ async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
         &[backend("a", honest.addr()), backend("liar", short.addr())],
     );
     let admin = admin_addr(&proxy);
-    judged_unproven(&proxy, "liar", &["a"]);
+    // The first proof may find the headers to 30 learned already (from the
+    // honest node's proof): then none above 30 is what it says.
+    let why = "claimed 100";
+    judged_contradicted(&proxy, "liar", &["a"], why);
     wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
-    // The first proof learned the 30 valid headers; later ones resume there.
-    let why = "not proven: no headers above height 30 (claimed 100)";
-    assert_not_counted(admin, "liar", why).await;
+    assert_contradicted(admin, "liar", why).await;
     assert_untouched(&proxy, &["a"]);
     drop(proxy);
 
@@ -380,10 +451,10 @@ async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
         &[backend("a", honest.addr()), backend("liar", forged.addr)],
     );
     let admin = admin_addr(&proxy);
-    judged_unproven(&proxy, "liar", &["a"]);
-    wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
     let why = "invalid headers: header at height 10 lacks the proof of work its target asks for";
-    assert_not_counted(admin, "liar", why).await;
+    judged_contradicted(&proxy, "liar", &["a"], why);
+    wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
+    assert_contradicted(admin, "liar", why).await;
     assert_untouched(&proxy, &["a"]);
 }
 

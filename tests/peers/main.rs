@@ -6,6 +6,7 @@
 mod support;
 
 mod banned;
+mod electrum_liar;
 mod electrumx;
 mod liar;
 mod litecoind_e2e;

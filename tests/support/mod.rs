@@ -6,6 +6,7 @@ pub mod blockbook;
 pub mod chromium;
 pub mod dns;
 pub mod dnsmasq;
+pub mod electrum_liar;
 pub mod electrumx;
 pub mod inproc;
 pub mod liar;

@@ -1,0 +1,215 @@
+//! Proving an Electrum server's height claim as wallets do: from a block
+//! already known (the network's shared [`Chain`] record, genesis at least)
+//! fetch the headers up to the claimed tip with `blockchain.block.headers`;
+//! each must link to the one before and carry its proof of work, and the
+//! last must be the tip the server announced.
+//!
+//! What a proof checks is learned by the [`Chain`] (shared with the P2P
+//! proofs of the same network), so the next proof starts where it ended.
+//! A server whose headers contradict its claim (none, too few, not linked,
+//! without the work, another chain's genesis) is told apart from a proof
+//! cut short by the timeout or by the per-probe bound, which goes on at
+//! the next probe.
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
+
+use super::chain::Chain;
+use super::electrum::{Failure, MAX_LINE, Session, Tip, header};
+use super::headers::check;
+use super::pow::{HEADER_LEN, Header, Tip as Known};
+use crate::pool::report::Proof;
+
+/// Headers asked for in one call: the answer (hex, as one string or one
+/// per header) stays within [`MAX_LINE`].
+pub const PER_CALL: u64 = 350;
+/// Most calls in one probe; a longer proof resumes at the next.
+#[cfg(not(test))]
+pub const MAX_CALLS: usize = 40;
+/// Few in unit tests, so the bound is reached with few headers to mine.
+#[cfg(test)]
+pub const MAX_CALLS: usize = 4;
+/// Most bytes a proof reads, on top of the probe's own.
+pub const MAX_READ: usize = MAX_CALLS * MAX_LINE;
+/// Known blocks tried as the anchor before giving up on a server.
+const MAX_ANCHORS: usize = 6;
+
+/// Prove `tip`'s height on `session` from what `chain` knows, before
+/// `deadline`.
+pub(super) async fn prove<S>(
+    session: &mut Session<S>,
+    chain: &Chain,
+    tip: &Tip,
+    deadline: Instant,
+) -> Proof
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let claim = tip.height;
+    match tokio::time::timeout_at(deadline, run(session, chain, tip)).await {
+        Ok(proof) => proof,
+        Err(_) => Proof::Unproven(format!("headers for height {claim} did not arrive in time")),
+    }
+}
+
+/// The known blocks to try as the anchor, newest first: the first two of
+/// `chain`'s locator below `claim`, then at doubling distances, genesis
+/// last.
+fn anchors(chain: &Chain, claim: u64) -> Vec<Known> {
+    let locator = chain.locator(claim);
+    let mut out: Vec<Known> = (0..MAX_ANCHORS - 1)
+        .map(|k| (1usize << k) - 1)
+        .filter_map(|i| locator.get(i).copied())
+        .collect();
+    if let Some(genesis) = locator.last()
+        && out.last() != Some(genesis)
+    {
+        out.push(*genesis);
+    }
+    out
+}
+
+async fn run<S>(session: &mut Session<S>, chain: &Chain, tip: &Tip) -> Proof
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let claim = tip.height;
+    let params = chain.params();
+    // Find a known block the server has: its header at that height hashes
+    // to ours. The answer carries the headers after it, too.
+    let mut found = None;
+    for anchor in anchors(chain, claim) {
+        let count = (claim - anchor.height).saturating_add(1).min(PER_CALL);
+        let headers = match fetch(session, anchor.height, count).await {
+            Ok(headers) => headers,
+            Err(proof) => return proof,
+        };
+        match headers.first() {
+            None => {
+                return Proof::Contradicted(format!(
+                    "no header at height {} (claimed {claim})",
+                    anchor.height
+                ));
+            }
+            Some(first) if first.hash() == anchor.hash => {
+                found = Some((anchor, headers));
+                break;
+            }
+            Some(_) if anchor.height == 0 => {
+                return Proof::Contradicted(format!(
+                    "its block 0 is not the genesis block of {}: \
+                     health.network may not be the server's chain",
+                    params.name
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((anchor, first)) = found else {
+        return Proof::Contradicted("headers attach to no block we know".into());
+    };
+    let mut run: Vec<Known> = Vec::new();
+    // The first answer began with the anchor itself.
+    let mut asked = (claim - anchor.height).min(PER_CALL - 1);
+    let mut batch = first[1..].to_vec();
+    let mut calls = 1;
+    loop {
+        let prev = run.last().copied().unwrap_or(anchor);
+        let short = (batch.len() as u64) < asked;
+        if !batch.is_empty() {
+            match check(params, prev, batch).await {
+                Ok(checked) => run.extend(checked),
+                Err(detail) => return Proof::Contradicted(format!("invalid headers: {detail}")),
+            }
+            chain.learn(anchor, &run);
+        }
+        let reached = run.last().copied().unwrap_or(anchor);
+        if reached.height >= claim {
+            if reached.hash != tip.header.hash() {
+                return Proof::Contradicted(format!(
+                    "its header at height {claim} is not the tip it announced"
+                ));
+            }
+            return Proof::Proven;
+        }
+        if short {
+            return Proof::Contradicted(if reached.height == prev.height {
+                format!("no headers above height {} (claimed {claim})", prev.height)
+            } else {
+                format!(
+                    "headers end at height {}, below the claimed {claim}",
+                    reached.height
+                )
+            });
+        }
+        if calls >= MAX_CALLS {
+            return Proof::Unproven(format!(
+                "headers checked to height {} of {claim}; the proof goes on at the next probe",
+                reached.height
+            ));
+        }
+        asked = (claim - reached.height).min(PER_CALL);
+        batch = match fetch(session, reached.height + 1, asked).await {
+            Ok(headers) => headers,
+            Err(proof) => return proof,
+        };
+        calls += 1;
+    }
+}
+
+/// `count` headers from `start` (fewer when the server has fewer), as
+/// `blockchain.block.headers` answers them: one hex string (protocol 1.4)
+/// or one per header (1.6). What went wrong as the proof's outcome: no
+/// answer says nothing about the claim, a wrong one does.
+async fn fetch<S>(session: &mut Session<S>, start: u64, count: u64) -> Result<Vec<Header>, Proof>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let answer = session
+        .call("blockchain.block.headers", json!([start, count]))
+        .await
+        .map_err(|failure| match failure {
+            Failure::Closed(detail) => Proof::Unproven(detail),
+            Failure::Garbled(detail) => Proof::Contradicted(detail),
+        })?;
+    let headers = parse(&answer).ok_or_else(|| {
+        Proof::Contradicted(format!(
+            "blockchain.block.headers from {start} answered no headers we can read"
+        ))
+    })?;
+    if headers.len() as u64 > count {
+        return Err(Proof::Contradicted(format!(
+            "blockchain.block.headers answered {} headers for {count}",
+            headers.len()
+        )));
+    }
+    Ok(headers)
+}
+
+/// The headers of a `blockchain.block.headers` result; `None` when it has
+/// neither form, a header is not 80 bytes of hex, or `count` disagrees.
+pub fn parse(answer: &Value) -> Option<Vec<Header>> {
+    let headers: Vec<Header> = match (answer.get("headers"), answer.get("hex")) {
+        (Some(Value::Array(list)), _) => list
+            .iter()
+            .map(|h| h.as_str().and_then(header))
+            .collect::<Option<_>>()?,
+        (None, Some(Value::String(hex))) => {
+            if !hex.len().is_multiple_of(2 * HEADER_LEN) {
+                return None;
+            }
+            hex.as_bytes()
+                .chunks(2 * HEADER_LEN)
+                .map(|h| std::str::from_utf8(h).ok().and_then(header))
+                .collect::<Option<_>>()?
+        }
+        _ => return None,
+    };
+    let count = answer.get("count").and_then(Value::as_u64)?;
+    (count == headers.len() as u64).then_some(headers)
+}
+
+#[cfg(test)]
+#[path = "electrum_headers_tests.rs"]
+mod tests;
