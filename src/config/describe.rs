@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::span;
 
-use super::parse::{default_probe_url, state_file_warning};
+use super::parse::{default_probe_url, open_to_others, state_file_warning};
 use super::{Config, DiscoverQuery, IpNet, LogFormat, PoolConfig, ProbeKind};
 
 /// A readable, multi-line summary of the effective configuration.
@@ -204,5 +204,6 @@ pub fn warnings(config: &Config) -> Vec<String> {
         ));
     }
     out.extend(state_file_warning(config));
+    out.extend(open_to_others(config));
     out
 }

@@ -8,6 +8,7 @@
 
 mod describe;
 mod discover;
+pub(crate) mod files;
 pub(crate) mod local;
 mod parse;
 mod span;

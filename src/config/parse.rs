@@ -30,6 +30,7 @@ use raw::{
     RawQuarantine, RawSettings,
 };
 use values::{ProbeUrl, RawBackend};
+pub(super) use writable::open_to_others;
 
 use super::{
     AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
@@ -115,12 +116,11 @@ fn too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
 /// is one of the instance's own listeners (names resolved now), and a
 /// `log.file` that can be written.
 pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
-    let log = |f: &Path| writable::check(f, "log.file", "log");
     config
         .log
         .file
         .as_deref()
-        .map_or(Ok(()), log)
+        .map_or(Ok(()), writable::check_log)
         .and_then(|()| own::check_host(config, text))
         .map_err(|inv| ConfigError::from_invalid(file, text, inv))
 }

@@ -19,6 +19,7 @@ use super::slots::NoSlot;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::Control;
 use crate::ops::metrics;
+use crate::pool::health::MAX_MANUAL_WINDOW;
 use crate::pool::status::BackendStatus;
 
 /// Largest request body accepted (bodies are ignored, but must end).
@@ -33,8 +34,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub const UPGRADE_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest manual quarantine accepted, in days: far beyond any
 /// maintenance, and keeps the window's end representable.
-const MAX_WINDOW_DAYS: u64 = 365;
-const MAX_WINDOW: Duration = Duration::from_secs(MAX_WINDOW_DAYS * 24 * 3600);
+const MAX_WINDOW_DAYS: u64 = MAX_MANUAL_WINDOW.as_secs() / 86_400;
 
 /// What every request handler shares.
 pub struct Ctx {
@@ -396,7 +396,7 @@ fn window(query: &str) -> Result<Duration, Fail> {
     if window.is_zero() {
         return Err(bad("duration must be more than 0".to_owned()));
     }
-    if window > MAX_WINDOW {
+    if window > MAX_MANUAL_WINDOW {
         return Err(bad(format!(
             "duration {value:?} is over the maximum of {MAX_WINDOW_DAYS} days"
         )));
