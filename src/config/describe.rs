@@ -24,9 +24,10 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
     match &config.admin {
         Some(admin) => writeln!(
             out,
-            "admin: listen {}, allow {}",
+            "admin: listen {}, allow {}, hosts {}",
             admin.listen,
-            nets(&admin.allow)
+            nets(&admin.allow),
+            admin_hosts(&admin.hosts)
         )?,
         None => writeln!(out, "admin: off")?,
     }
@@ -182,6 +183,16 @@ fn dur(d: Duration) -> String {
 fn nets(nets: &[IpNet]) -> String {
     nets.iter()
         .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The names `Host` may carry: always the listen address, `localhost`
+/// and loopback addresses, and those of `admin.hosts`.
+fn admin_hosts(hosts: &[String]) -> String {
+    let own = "its address, localhost, loopback".to_owned();
+    std::iter::once(own)
+        .chain(hosts.iter().cloned())
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -48,6 +48,9 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Clients allowed to use it (default: loopback only).
     pub allow: Vec<IpNet>,
+    /// Names (lower case) and addresses it answers to in `Host`, besides
+    /// its own address, `localhost` and loopback addresses.
+    pub hosts: Vec<String>,
 }
 
 /// `log:` section.

@@ -6,6 +6,7 @@
 mod compat;
 mod discover;
 mod error;
+mod hosts;
 mod locate;
 mod own;
 mod raw;
@@ -191,7 +192,14 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         let allow = a
             .allow
             .map_or_else(loopback, |l| l.items.iter().map(|c| c.0).collect());
-        a.listen.map(|l| AdminConfig { listen: l.0, allow })
+        let hosts = a
+            .hosts
+            .map_or_else(Vec::new, |l| l.items.into_iter().map(|h| h.0).collect());
+        a.listen.map(|l| AdminConfig {
+            listen: l.0,
+            allow,
+            hosts,
+        })
     });
 
     if raw.pools.is_empty() {
