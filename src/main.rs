@@ -252,6 +252,14 @@ fn load_and(path: PathBuf, check: bool) -> ExitCode {
         eprintln!("error: {err:#}");
         return ExitCode::from(EXIT_BIND);
     }
+    // A log file that cannot be opened is a setting to fix, like an
+    // invalid config: the unit does not restart on 2.
+    if let Err(err) = &result
+        && err.is::<pin_proxy::logging::LogFileError>()
+    {
+        eprintln!("error: {err:#}");
+        return ExitCode::from(2);
+    }
     exit(result)
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::span;
 
-use super::parse::{default_probe_url, state_file_warning};
+use super::parse::{default_probe_url, open_to_others, state_file_warning};
 use super::{Config, DiscoverQuery, IpNet, LogFormat, PoolConfig, ProbeKind};
 
 /// A readable, multi-line summary of the effective configuration.
@@ -24,9 +24,10 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
     match &config.admin {
         Some(admin) => writeln!(
             out,
-            "admin: listen {}, allow {}",
+            "admin: listen {}, allow {}, hosts {}",
             admin.listen,
-            nets(&admin.allow)
+            nets(&admin.allow),
+            admin_hosts(&admin.hosts)
         )?,
         None => writeln!(out, "admin: off")?,
     }
@@ -192,6 +193,16 @@ fn nets(nets: &[IpNet]) -> String {
         .join(", ")
 }
 
+/// The names `Host` may carry: always the listen address, `localhost`
+/// and loopback addresses, and those of `admin.hosts`.
+fn admin_hosts(hosts: &[String]) -> String {
+    let own = "its address, localhost, loopback".to_owned();
+    std::iter::once(own)
+        .chain(hosts.iter().cloned())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn hex(bytes: [u8; 4]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -211,6 +222,7 @@ pub fn warnings(config: &Config) -> Vec<String> {
     }
     out.extend(state_file_warning(config));
     out.extend(config.pools.iter().filter_map(stall_warning));
+    out.extend(open_to_others(config));
     out
 }
 

@@ -8,6 +8,7 @@
 
 mod describe;
 mod discover;
+pub(crate) mod files;
 pub(crate) mod local;
 mod parse;
 mod span;
@@ -47,6 +48,9 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Clients allowed to use it (default: loopback only).
     pub allow: Vec<IpNet>,
+    /// Names (lower case) and addresses it answers to in `Host`, besides
+    /// its own address, `localhost` and loopback addresses.
+    pub hosts: Vec<String>,
 }
 
 /// `log:` section.

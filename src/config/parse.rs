@@ -6,6 +6,7 @@
 mod compat;
 mod discover;
 mod error;
+mod hosts;
 mod locate;
 mod own;
 mod raw;
@@ -30,6 +31,7 @@ use raw::{
     RawQuarantine, RawSettings, RawStallRule,
 };
 use values::{ProbeUrl, RawBackend};
+pub(super) use writable::open_to_others;
 
 use super::{
     AdminConfig, BackendConfig, CUSTOM_NETWORK, Config, DiscoverConfig, DiscoveryConfig,
@@ -116,12 +118,11 @@ fn too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
 /// is one of the instance's own listeners (names resolved now), and a
 /// `log.file` that can be written.
 pub(super) fn check_host(config: &Config, text: &str, file: &Path) -> Result<(), ConfigError> {
-    let log = |f: &Path| writable::check(f, "log.file", "log");
     config
         .log
         .file
         .as_deref()
-        .map_or(Ok(()), log)
+        .map_or(Ok(()), writable::check_log)
         .and_then(|()| own::check_host(config, text))
         .map_err(|inv| ConfigError::from_invalid(file, text, inv))
 }
@@ -192,7 +193,14 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         let allow = a
             .allow
             .map_or_else(loopback, |l| l.items.iter().map(|c| c.0).collect());
-        a.listen.map(|l| AdminConfig { listen: l.0, allow })
+        let hosts = a
+            .hosts
+            .map_or_else(Vec::new, |l| l.items.into_iter().map(|h| h.0).collect());
+        a.listen.map(|l| AdminConfig {
+            listen: l.0,
+            allow,
+            hosts,
+        })
     });
 
     if raw.pools.is_empty() {

@@ -1,8 +1,9 @@
 //! The admin HTTP endpoint (`admin.listen`): accept loop, allow-list, and the
 //! bounds that keep a slow or hostile admin client from stalling the proxy or
 //! other admin clients. The routes themselves live in `admin/routes.rs`, the
-//! status page at `/` in `admin/page.rs`, and the refusal of cross-site
-//! commands in `admin/origin.rs`.
+//! status page at `/` in `admin/page.rs`, the refusal of cross-site
+//! commands in `admin/origin.rs`, and of a `Host` the endpoint does not
+//! answer to (DNS rebinding) in `admin/host.rs`.
 //!
 //! Bounds: a client outside `admin.allow` is closed at once, unread, and
 //! takes nothing. An allowed one takes one of [`MAX_CONNECTIONS`] slots, at
@@ -16,6 +17,7 @@
 //! anything else refused with a quick 503 (or 429 for the per-source share),
 //! so a monitor always gets an answer and nothing is closed silently.
 
+mod host;
 mod origin;
 mod page;
 mod routes;
@@ -40,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use crate::config::IpNet;
+use crate::config::{AdminConfig, IpNet};
 use crate::ops::control::Control;
 use slots::{NoSlot, Slots};
 
@@ -72,14 +74,25 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Serve admin requests on `listener` until `token` is cancelled; then stop
 /// accepting, let open requests finish (briefly) and return.
 ///
-/// Clients outside `allow` (IPv4-mapped IPv6 addresses matched as IPv4; an
-/// empty list allows nobody) are closed at once, before anything is read.
+/// Clients outside `admin.allow` (IPv4-mapped IPv6 addresses matched as
+/// IPv4; an empty list allows nobody) are closed at once, before anything
+/// is read. Requests under a `Host` that is not the endpoint's own nor in
+/// `admin.hosts` are refused (421).
 pub async fn serve(
     listener: TcpListener,
-    allow: Vec<IpNet>,
+    admin: AdminConfig,
     control: Control,
     token: CancellationToken,
 ) {
+    let AdminConfig {
+        listen,
+        allow,
+        hosts,
+    } = admin;
+    let hosts = host::Hosts {
+        listen: listen.ip(),
+        names: hosts,
+    };
     let slots = Slots::new(MAX_CONNECTIONS, MAX_PER_SOURCE);
     let reserve = Arc::new(Semaphore::new(RESERVE));
     let tracker = TaskTracker::new();
@@ -87,7 +100,9 @@ pub async fn serve(
         control,
         token: token.clone(),
         page: page::Page::new(),
+        hosts: hosts.clone(),
     });
+    let hosts = Arc::new(hosts);
     let mut backoff = BACKOFF_MIN;
     loop {
         let accepted = tokio::select! {
@@ -129,8 +144,9 @@ pub async fn serve(
                     continue;
                 };
                 debug!(client = %peer, reason = full.as_str(), "admin_busy");
+                let hosts = hosts.clone();
                 tracker.spawn(async move {
-                    reserved(stream, peer, full, token).await;
+                    reserved(stream, peer, full, &hosts, token).await;
                     drop(permit);
                 });
             }
@@ -172,9 +188,12 @@ async fn connection(
     ctx: Arc<routes::Ctx>,
     token: CancellationToken,
 ) {
+    let Ok(local) = stream.local_addr() else {
+        return; // gone already
+    };
     let service = service_fn(move |req| {
         let ctx = ctx.clone();
-        async move { Ok::<_, Infallible>(routes::respond(req, peer, &ctx).await) }
+        async move { Ok::<_, Infallible>(routes::respond(req, peer, local, &ctx).await) }
     });
     let conn = builder(HEAD_TIMEOUT, true).serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
@@ -205,11 +224,20 @@ async fn connection(
 
 /// Answer one request on a connection that found no slot (`full` says
 /// why): `/healthz` as usual, anything else a quick refusal; then close.
-async fn reserved(stream: TcpStream, peer: SocketAddr, full: NoSlot, token: CancellationToken) {
-    let service =
-        service_fn(
-            move |req| async move { Ok::<_, Infallible>(routes::reserved(&req, peer, full)) },
-        );
+async fn reserved(
+    stream: TcpStream,
+    peer: SocketAddr,
+    full: NoSlot,
+    hosts: &host::Hosts,
+    token: CancellationToken,
+) {
+    let Ok(local) = stream.local_addr() else {
+        return; // gone already
+    };
+    let service = service_fn(move |req| {
+        let answer = routes::reserved(&req, peer, local, hosts, full);
+        async move { Ok::<_, Infallible>(answer) }
+    });
     let conn = builder(RESERVE_HEAD_TIMEOUT, false).serve_connection(TokioIo::new(stream), service);
     let result = tokio::select! {
         r = tokio::time::timeout(RESERVE_HEAD_TIMEOUT + CLOSE_GRACE, conn) => r,

@@ -15,6 +15,10 @@ use tokio::time::Instant;
 use crate::config::PoolConfig;
 use crate::pool::refused::ClosedFrom;
 
+/// The longest manual window an operator can ask for (`?for=`, `--for`):
+/// far beyond any maintenance; a restored manual window is capped at it.
+pub const MAX_MANUAL_WINDOW: Duration = Duration::from_secs(365 * 86_400);
+
 /// Where a backend stands, as the contract names the states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

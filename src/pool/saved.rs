@@ -9,13 +9,15 @@
 //! moment, as [`snapshot`](crate::pool::snapshot) does.
 
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::pool::health::{BackendHealth, Quarantine, State, later};
+use crate::pool::health::{
+    BackendHealth, MAX_MANUAL_WINDOW, Quarantine, QuarantineReason, State, later,
+};
 use crate::pool::registry::{Backend, Pool, ProbeRecord};
 use crate::pool::snapshot::{QuarantineSnapshot, wall_time};
 
@@ -173,8 +175,11 @@ impl Pool {
     /// Put saved records back, each on the backend with the same name and
     /// address (records of other backends are ignored). A window that
     /// ended by `wall_now` is dropped, its strikes kept; one still running
-    /// makes the backend unusable at once, for the rest of it. Each
-    /// restored backend's epoch moves on, so a probe in flight is stale.
+    /// makes the backend unusable at once, for the rest of it, but never
+    /// longer than such a window can be from `wall_now` ([`latest_end`]):
+    /// a clock that was wrong when it was written keeps no node out for
+    /// good. Each restored backend's epoch moves on, so a probe in flight
+    /// is stale.
     /// Returns how many records were applied.
     pub fn restore_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
         self.put_back(saved, wall_now, false)
@@ -189,6 +194,12 @@ impl Pool {
 
     fn put_back(&self, saved: &[SavedBackend], wall_now: SystemTime, keep_ended: bool) -> usize {
         let now = Instant::now();
+        let at = At {
+            pool: &self.name,
+            now,
+            wall_now,
+            max: self.config().quarantine.max,
+        };
         let mut applied = 0;
         let mut m = self.backends();
         for b in m.active.iter_mut() {
@@ -198,7 +209,7 @@ impl Pool {
             else {
                 continue;
             };
-            apply_saved(b, s, now, wall_now, keep_ended);
+            apply_saved(b, s, at, keep_ended);
             applied += 1;
         }
         if !keep_ended {
@@ -228,21 +239,60 @@ impl Pool {
             return;
         };
         let s = unclaimed.swap_remove(i);
-        apply_saved(b, &s, Instant::now(), SystemTime::now(), false);
+        let at = At {
+            pool: &self.name,
+            now: Instant::now(),
+            wall_now: SystemTime::now(),
+            max: self.config().quarantine.max,
+        };
+        apply_saved(b, &s, at, false);
         tracing::info!(pool = %self.name, backend = %b.config.name, "state_claimed");
     }
 }
 
+/// The moment a record is put back, on both clocks, and the pool's
+/// `quarantine.max`.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    pool: &'a str,
+    now: Instant,
+    wall_now: SystemTime,
+    max: Duration,
+}
+
+/// The latest a restored window with `reason` may end, from `wall_now`:
+/// an automatic one `max` (`quarantine.max`) away, a manual one the
+/// longest an operator can ask for.
+fn latest_end(reason: QuarantineReason, max: Duration, wall_now: SystemTime) -> SystemTime {
+    let cap = match reason {
+        QuarantineReason::Manual => MAX_MANUAL_WINDOW,
+        _ => max,
+    };
+    wall_now.checked_add(cap).unwrap_or(wall_now)
+}
+
 /// Put the saved record `s` on `b`: see [`Pool::restore_health`].
-fn apply_saved(b: &mut Backend, s: &SavedBackend, now: Instant, wall_now: SystemTime, keep_ended: bool) {
+fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>, keep_ended: bool) {
+    let At { now, wall_now, .. } = at;
+    let name = &b.config.name;
     let h = &mut b.health;
     h.set_base(s.base);
     h.quarantine = s
         .quarantine
         .filter(|q| keep_ended || q.until > wall_now)
-        .map(|q| Quarantine {
-            until: instant_at(q.until, now, wall_now),
-            reason: q.reason,
+        .map(|q| {
+            let latest = latest_end(q.reason, at.max, wall_now);
+            if q.until > latest {
+                let secs = |t: SystemTime| t.duration_since(wall_now).unwrap_or_default().as_secs();
+                tracing::warn!(
+                    pool = at.pool, backend = %name, reason = q.reason.as_str(),
+                    saved_s = secs(q.until), window_s = secs(latest), "window_capped"
+                );
+            }
+            Quarantine {
+                until: instant_at(q.until.min(latest), now, wall_now),
+                reason: q.reason,
+            }
         });
     h.strikes = s.strikes;
     h.connect_failures = s.connect_failures;

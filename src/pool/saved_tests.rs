@@ -216,3 +216,45 @@ fn every_change_worth_saving_bumps_the_signal_and_nothing_else_does() {
     // One incident, counted once; below `failures` nothing saved changes.
     assert!(!bumped(), "one connect incident");
 }
+
+#[test]
+fn a_window_from_a_wrong_clock_is_capped_at_the_longest_it_could_be() {
+    let pool = pool();
+    let wall = SystemTime::now();
+    let century = Duration::from_secs(100 * 365 * 86_400);
+    let window = |until, reason| Some(QuarantineSnapshot { until, reason });
+    let far = |reason| window(wall + century, reason);
+    let records = [
+        SavedBackend::new(
+            "a".into(),
+            "127.0.0.1:9".into(),
+            far(QuarantineReason::Down),
+            2,
+        ),
+        SavedBackend::new(
+            "b".into(),
+            "127.0.0.1:10".into(),
+            far(QuarantineReason::Manual),
+            0,
+        ),
+        SavedBackend::new(
+            "c".into(),
+            "127.0.0.1:11".into(),
+            window(wall + 10 * BASE, QuarantineReason::Lagging),
+            1,
+        ),
+    ];
+    assert_eq!(pool.restore_health(&records, wall), 3);
+    let snap = pool.snapshot();
+    let until = |i: usize| snap.backends[i].quarantine.unwrap().until;
+    let second = Duration::from_secs(1);
+    // Automatic: `quarantine.max` (1h) from now; manual: the longest an
+    // operator can ask for; one within bounds: as saved.
+    let wanted = [60 * BASE, MAX_MANUAL_WINDOW, 10 * BASE];
+    for (i, want) in wanted.into_iter().enumerate() {
+        let got = until(i);
+        assert!(close_to(got, wall + want, second), "{i}: {got:?}");
+    }
+    assert_eq!(snap.backends[0].state, State::Down);
+    assert_eq!(snap.backends[1].state, State::Quarantined);
+}

@@ -6,15 +6,25 @@
 //! rotated first) is noticed within a second and the path opened again, so
 //! two processes writing one path never rename each other's file.
 //!
+//! The path is never opened through a symbolic link, and a rotation never
+//! replaces a file or link at its dated name (`config::files`): a log
+//! directory another user can write cannot turn either into a write over
+//! some other file.
+//!
 //! Runs on the log writer's own thread, never on a serving task.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata};
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::config::files;
+
 const DAY_SECS: u64 = 24 * 3600;
+
+/// Numbered names tried after a taken dated one, before a rotation gives up.
+const MAX_SUFFIX: u32 = 1000;
 
 /// The log file at one path, rotated daily.
 pub struct DailyFile {
@@ -41,7 +51,7 @@ impl DailyFile {
     }
 
     fn open_at(path: &Path, now: u64) -> io::Result<DailyFile> {
-        let file = open_append(path)?;
+        let file = files::open_append(path)?;
         let meta = file.metadata()?;
         let day = match meta.modified() {
             Ok(modified) if meta.len() > 0 => (unix_secs(modified) / DAY_SECS).min(now / DAY_SECS),
@@ -72,17 +82,12 @@ impl DailyFile {
     /// file at hand (tried again the next day).
     fn rotate(&mut self, now: u64) {
         let today = now / DAY_SECS;
-        if self.is_at_path() {
-            let target = free_name(&self.path, self.day);
-            if let Err(err) = std::fs::rename(&self.path, &target) {
-                eprintln!(
-                    "pin-proxy: rotate log file {} to {}: {err}",
-                    self.path.display(),
-                    target.display()
-                );
-                self.day = today;
-                return;
-            }
+        if self.is_at_path()
+            && let Err(err) = rename_dated(&self.path, self.day)
+        {
+            eprintln!("pin-proxy: rotate log file {}: {err}", self.path.display());
+            self.day = today;
+            return;
         }
         self.reopen(now);
         self.day = today;
@@ -99,7 +104,7 @@ impl DailyFile {
 
     fn reopen(&mut self, now: u64) {
         self.checked = now;
-        match open_append(&self.path) {
+        match files::open_append(&self.path) {
             Ok(file) => {
                 self.file = file;
                 self.reopen_failing = false;
@@ -117,7 +122,7 @@ impl DailyFile {
 
     /// Whether the file at the path is the one being written.
     fn is_at_path(&self) -> bool {
-        match (std::fs::metadata(&self.path), self.file.metadata()) {
+        match (std::fs::symlink_metadata(&self.path), self.file.metadata()) {
             (Ok(there), Ok(mine)) => same_file(&there, &mine),
             _ => false,
         }
@@ -134,10 +139,6 @@ impl Write for DailyFile {
     }
 }
 
-fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
-}
-
 fn same_file(a: &Metadata, b: &Metadata) -> bool {
     a.dev() == b.dev() && a.ino() == b.ino()
 }
@@ -146,16 +147,26 @@ fn unix_secs(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// `<path>.YYYY-MM-DD` for `day`, or with `.1`, `.2`... when that exists
-/// (a clock set back): a rotation never overwrites a file.
-fn free_name(path: &Path, day: u64) -> PathBuf {
+/// Rename `path` to `<path>.YYYY-MM-DD` for `day`, or with `.1`, `.2`...
+/// when that is taken (a clock set back): a rotation never replaces a
+/// file, nor a link planted at the name.
+fn rename_dated(path: &Path, day: u64) -> io::Result<PathBuf> {
     let date = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(day * DAY_SECS))
         .to_string();
     let base = format!("{}.{}", path.display(), date.get(..10).unwrap_or(&date));
-    std::iter::once(PathBuf::from(&base))
-        .chain((1..).map(|n| PathBuf::from(format!("{base}.{n}"))))
-        .find(|p| !p.exists())
-        .unwrap_or_else(|| PathBuf::from(base))
+    let names = std::iter::once(PathBuf::from(&base))
+        .chain((1..MAX_SUFFIX).map(|n| PathBuf::from(format!("{base}.{n}"))));
+    for target in names {
+        match files::rename_new(path, &target) {
+            Ok(()) => return Ok(target),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{base} and {MAX_SUFFIX} numbered names after it are all taken"),
+    ))
 }
 
 #[cfg(test)]

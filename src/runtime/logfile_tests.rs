@@ -101,3 +101,48 @@ fn a_rotation_never_overwrites_a_dated_file() {
     );
     assert_eq!(read(&path), "wednesday\n");
 }
+
+/// A directory with `victim` (holding "precious") and a link at `name`
+/// in it pointing to the victim.
+fn with_link(dir: &Path, name: &str) -> PathBuf {
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+    victim
+}
+
+#[test]
+fn a_link_at_the_path_is_refused_not_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = with_link(dir.path(), "pin-proxy.log");
+    let path = dir.path().join("pin-proxy.log");
+    assert!(DailyFile::open_at(&path, NOW).is_err());
+    assert_eq!(read(&victim), "precious\n");
+
+    // Planted after a rotation moved the file away: the new day's lines
+    // stay in the old file instead.
+    std::fs::remove_file(&path).unwrap();
+    let mut log = DailyFile::open_at(&path, NOW).unwrap();
+    log.write_at(b"tuesday\n", NOW).unwrap();
+    std::fs::rename(&path, dir.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&victim, &path).unwrap();
+    log.write_at(b"still here\n", NOW + 1).unwrap();
+    assert_eq!(read(&victim), "precious\n");
+    assert_eq!(read(&dir.path().join("moved")), "tuesday\nstill here\n");
+}
+
+#[test]
+fn a_rotation_never_replaces_a_link_at_the_dated_name() {
+    let (dir, path, mut log) = fresh();
+    // Dangling: a look before the rename sees nothing there.
+    let link = dir.path().join("pin-proxy.log.2026-12-02");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).unwrap();
+    log.write_at(b"tuesday\n", NOW).unwrap();
+    log.write_at(b"wednesday\n", NEXT_DAY).unwrap();
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(
+        read(&dir.path().join("pin-proxy.log.2026-12-02.1")),
+        "tuesday\n"
+    );
+    assert_eq!(read(&path), "wednesday\n");
+}

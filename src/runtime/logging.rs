@@ -15,11 +15,22 @@ use crate::config::{LogConfig, LogFormat};
 #[must_use = "dropping the guard stops logging"]
 pub struct LogGuard(#[allow(dead_code)] WorkerGuard);
 
+/// `log.file` could not be made or opened: as much a setting `run` cannot
+/// work with as an invalid config (`main` exits 2, which the unit does not
+/// restart).
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {}: {source}", path.display())]
+pub struct LogFileError {
+    step: &'static str,
+    path: std::path::PathBuf,
+    source: io::Error,
+}
+
 /// Install the global subscriber for `config`. `RUST_LOG`, when set, replaces
 /// `log.level`.
 ///
 /// # Errors
-/// A bad filter, an unwritable log directory, or a subscriber already set.
+/// A bad filter, a [`LogFileError`], or a subscriber already set.
 pub fn init(config: &LogConfig) -> anyhow::Result<LogGuard> {
     let level = std::env::var("RUST_LOG")
         .ok()
@@ -37,10 +48,12 @@ pub fn init(config: &LogConfig) -> anyhow::Result<LogGuard> {
             if path.file_name().is_none() {
                 anyhow::bail!("log file {} has no file name", path.display());
             }
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("create log directory {}", dir.display()))?;
-            let file = DailyFile::open(path)
-                .with_context(|| format!("open log file {}", path.display()))?;
+            let failed = |step, path: &std::path::Path| {
+                let path = path.to_owned();
+                move |source| LogFileError { step, path, source }
+            };
+            std::fs::create_dir_all(dir).map_err(failed("create log directory", dir))?;
+            let file = DailyFile::open(path).map_err(failed("open log file", path))?;
             builder.finish(file)
         }
         None => builder.finish(io::stdout()),

@@ -141,6 +141,7 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     [
         ("admin.listen", oa.map(|a| a.listen) != na.map(|a| a.listen)),
         ("admin.allow", oa.map(|a| &a.allow) != na.map(|a| &a.allow)),
+        ("admin.hosts", oa.map(|a| &a.hosts) != na.map(|a| &a.hosts)),
         ("log.level", ol.level != nl.level),
         ("log.format", ol.format != nl.format),
         ("log.file", ol.file != nl.file),

@@ -166,7 +166,18 @@ fn plans() {
             "admin removed",
             edit("admin: { listen: 127.0.0.1:9900 }\n", ""),
             ReloadPlan {
-                restart_only: vec!["admin.listen", "admin.allow"],
+                restart_only: vec!["admin.listen", "admin.allow", "admin.hosts"],
+                ..ReloadPlan::default()
+            },
+        ),
+        (
+            "admin hosts added",
+            edit(
+                "listen: 127.0.0.1:9900 }",
+                "listen: 127.0.0.1:9900, hosts: [proxy.example] }",
+            ),
+            ReloadPlan {
+                restart_only: vec!["admin.hosts"],
                 ..ReloadPlan::default()
             },
         ),

@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::pool::close::CloseReason;
-use crate::config::{Config, IpNet};
+use crate::config::{AdminConfig, Config};
 use crate::ops::control::{Control, ReloadError, ReloadRequest, UpgradeRequest};
 use crate::runtime::handover::protocol::Owner;
 use crate::probe::prober::Prober;
@@ -70,7 +70,7 @@ pub struct Server {
     config: Config,
     path: Option<PathBuf>,
     pools: Vec<PoolRun>,
-    admin: Option<(TcpListener, Vec<IpNet>)>,
+    admin: Option<(TcpListener, AdminConfig)>,
     root: CancellationToken,
     tracker: TaskTracker,
     shared: listener::Shared,
@@ -154,7 +154,7 @@ impl Server {
                 let kept = std.try_clone().map_err(failed)?;
                 let l = TcpListener::from_std(std).map_err(failed)?;
                 info!(listen = %l.local_addr()?, "admin_listening");
-                (Some((l, a.allow.clone())), Some((a.listen, kept)))
+                (Some((l, a.clone())), Some((a.listen, kept)))
             }
             None => (None, None),
         };
@@ -239,9 +239,9 @@ impl Server {
         for i in 0..self.pools.len() {
             start_accepting(&mut self.pools[i], &self.shared, &self.workers);
         }
-        if let Some((l, allow)) = self.admin.take() {
+        if let Some((l, admin)) = self.admin.take() {
             let (control, token) = (self.control.clone(), self.root.clone());
-            self.tracker.spawn(admin::serve(l, allow, control, token));
+            self.tracker.spawn(admin::serve(l, admin, control, token));
         }
         self.tracker.spawn(notify::watchdog(self.root.clone()));
         let writer = self.config.state_file.clone().map(|path| {

@@ -4,7 +4,7 @@
 //! and the writer task that saves after each change, at most once a
 //! second, and once more at shutdown.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::files;
 use crate::config::{read_bounded, refuse_special_file};
 use crate::ops::control::Control;
 use crate::pool::health::QuarantineReason;
@@ -43,6 +44,9 @@ const RETRY: Duration = Duration::from_secs(5);
 pub struct SavedState {
     /// `(pool name, its backends' records)`.
     pub pools: Vec<(String, Vec<SavedBackend>)>,
+    /// When the file was written, as its writer's clock read: `None` for
+    /// records taken from the pools, or a file whose time does not parse.
+    pub written_at: Option<SystemTime>,
 }
 
 impl SavedState {
@@ -52,7 +56,10 @@ impl SavedState {
             .iter()
             .map(|p| (p.name.clone(), p.save_health()))
             .collect();
-        SavedState { pools }
+        SavedState {
+            pools,
+            written_at: None,
+        }
     }
 
     /// Put the records back on the pools of the same name; returns how many
@@ -65,6 +72,32 @@ impl SavedState {
                 Some(p.restore_health(saved, wall_now))
             })
             .sum()
+    }
+
+    /// How far ahead of `wall_now` the file says it was written: a clock
+    /// that was wrong then (or is now), so its windows' ends are suspect.
+    pub fn ahead_of(&self, wall_now: SystemTime) -> Option<Duration> {
+        let ahead = self.written_at?.duration_since(wall_now).ok()?;
+        (!ahead.is_zero()).then_some(ahead)
+    }
+
+    /// Windows counted from `wall_now` as they stood at `written_at`, for
+    /// a file written ahead of `wall_now`: what was left of a window then
+    /// is the most that can be left now. Returns how many windows it has.
+    pub fn rebase(&mut self, wall_now: SystemTime) -> usize {
+        let Some(written_at) = self.written_at else {
+            return 0;
+        };
+        let windows = self.pools.iter_mut().flat_map(|(_, b)| b.iter_mut());
+        let windows = windows.filter_map(|b| b.quarantine.as_mut());
+        let mut count = 0;
+        for q in windows {
+            let left = q.until.duration_since(written_at).unwrap_or_default();
+            q.until = wall_now.checked_add(left).unwrap_or(wall_now);
+            count += 1;
+        }
+        self.written_at = Some(wall_now);
+        count
     }
 }
 
@@ -191,7 +224,11 @@ fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
         }
         pools.push((pool.name, backends));
     }
-    Ok(SavedState { pools })
+    Ok(SavedState {
+        pools,
+        // An unreadable time only loses the check for a clock ahead.
+        written_at: humantime::parse_rfc3339(&file.written_at).ok(),
+    })
 }
 
 /// Read the state file at `path`.
@@ -220,20 +257,16 @@ pub struct SaveError {
     source: std::io::Error,
 }
 
-/// Replace the file at `path` with `state`, atomically: a temporary file in
-/// the same directory is written and synced, renamed over it, and the
-/// directory synced, so a crash leaves the old file or the new one, never
-/// a torn one.
+/// Replace the file at `path` with `state`, atomically: a new temporary
+/// file with an unguessable name in the same directory (created
+/// exclusively: a file or link planted there is never opened) is written
+/// and synced, renamed over it, and the directory synced, so a crash
+/// leaves the old file or the new one, never a torn one.
 ///
 /// # Errors
 /// The first step that failed; the temporary file is removed.
 pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(), SaveError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let dir = files::parent_dir(path);
     let failed = |step: &'static str, at: &Path| {
         let path = at.to_owned();
         move |source| SaveError { step, path, source }
@@ -243,13 +276,8 @@ pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(
     refuse_special_file(path).map_err(failed("replace", path))?;
     let bytes = encode(state, written_at)
         .map_err(|e| failed("encode", path)(std::io::Error::other(e)))?;
+    let (mut file, tmp) = files::create_beside(path).map_err(failed("create a file in", dir))?;
     let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(failed("create", &tmp))?;
         file.write_all(&bytes).map_err(failed("write", &tmp))?;
         file.sync_all().map_err(failed("sync", &tmp))?;
         fs::rename(&tmp, path).map_err(failed("rename over", path))
@@ -264,14 +292,48 @@ pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(
         .map_err(failed("sync directory", dir))
 }
 
+/// Make the directory of the state file `path` when it is missing (as the
+/// log writer makes its own), owner and group only: it names backends and
+/// their addresses. `check` has made sure it can be made.
+fn make_dir(path: &Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = files::parent_dir(path);
+    if dir.exists() {
+        return;
+    }
+    let shown = dir.display().to_string();
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(dir)
+    {
+        Ok(()) => info!(path = shown, "state_dir_created"),
+        // Every save will say so too, and retry.
+        Err(e) => warn!(path = shown, err = %e, "state_dir_failed"),
+    }
+}
+
 /// Read the state file at start-up and restore what it holds onto `pools`,
 /// before any client is accepted. Any problem is logged (`state_ignored`)
 /// and the pools start clean: it never stops the start.
 pub fn restore_at_start(path: &Path, pools: &[Arc<Pool>]) {
+    make_dir(path);
     let shown = path.display().to_string();
     match load(path) {
-        Ok(state) => {
-            let backends = state.restore(pools, SystemTime::now());
+        Ok(mut state) => {
+            let now = SystemTime::now();
+            if let Some(ahead) = state.ahead_of(now) {
+                let written_at = state.written_at.map(humantime::format_rfc3339_millis);
+                let windows = state.rebase(now);
+                warn!(
+                    path = shown,
+                    written_at = written_at.map(|t| t.to_string()),
+                    ahead_s = ahead.as_secs(),
+                    windows,
+                    "state_from_future"
+                );
+            }
+            let backends = state.restore(pools, now);
             info!(path = shown, backends, "state_restored");
         }
         // A first start: nothing to warn about.

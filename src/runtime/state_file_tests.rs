@@ -233,3 +233,64 @@ fn a_fifo_or_a_device_is_neither_opened_nor_replaced() {
     assert!(e.to_string().contains("a device"), "{e}");
     assert_eq!(names(dir.path()), ["state.fifo"], "no temporary file left");
 }
+
+#[test]
+fn a_link_planted_at_a_temporary_name_is_never_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let victim = dir.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    // The name the temporary file had when it followed from the pid.
+    let old_name = format!(".state.json.{}.tmp", std::process::id());
+    std::os::unix::fs::symlink(&victim, dir.path().join(&old_name)).unwrap();
+    let pools = [pool()];
+    pools[0].quarantine("a", 600 * S).unwrap();
+    save(&path, &SavedState::of(&pools), SystemTime::now()).unwrap();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(shows_quarantined(&path, "a"));
+    let kind = fs::symlink_metadata(&path).unwrap().file_type();
+    assert!(kind.is_file(), "{kind:?}");
+    let left = names(dir.path());
+    assert_eq!(left, [old_name.as_str(), "state.json", "victim"]);
+}
+
+#[test]
+fn a_missing_state_directory_is_made_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lib/pin-proxy/state.json");
+    restore_at_start(&path, &[pool()]);
+    let made = fs::metadata(dir.path().join("lib/pin-proxy")).unwrap();
+    assert!(made.is_dir());
+    let mode = made.permissions().mode();
+    assert_eq!(mode & 0o7027, 0, "{mode:o}");
+    let pools = [pool()];
+    pools[0].quarantine("a", 600 * S).unwrap();
+    save(&path, &SavedState::of(&pools), SystemTime::now()).unwrap();
+    assert!(shows_quarantined(&path, "a"));
+}
+
+#[test]
+fn a_file_written_ahead_of_the_clock_counts_its_windows_from_now() {
+    let now = UNIX_EPOCH + 1_800_000_000 * S;
+    let century = 100 * 365 * 86_400 * S;
+    let written_at = now + century;
+    let pools = [pool()];
+    pools[0].quarantine("a", 600 * S).unwrap();
+    let mut state = SavedState::of(&pools);
+    // As a clock a century ahead wrote it: ten minutes left then.
+    let window = state.pools[0].1[0].quarantine.as_mut().unwrap();
+    window.until = written_at + 600 * S;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    save(&path, &state, written_at).unwrap();
+
+    let mut back = load(&path).unwrap();
+    assert_eq!(back.written_at, Some(written_at));
+    assert_eq!(back.ahead_of(now), Some(century));
+    assert_eq!(back.ahead_of(written_at + S), None);
+    assert_eq!(back.rebase(now), 1);
+    let until = back.pools[0].1[0].quarantine.unwrap().until;
+    assert_eq!(until, now + 600 * S);
+    assert_eq!(back.ahead_of(now), None);
+}

@@ -4,7 +4,8 @@
 //! in `admin/bounds.rs`; `pin-proxy
 //! status|quarantine|release` in `admin/cli.rs`; the status page's headers
 //! and the refusal of cross-site commands in `admin/page.rs`, the page in a
-//! real browser in `admin/browser.rs`.
+//! real browser in `admin/browser.rs`, the `Host` rule against DNS
+//! rebinding in `admin/hosts.rs`.
 
 #[path = "admin/bounds.rs"]
 mod bounds;
@@ -14,6 +15,8 @@ mod browser;
 mod cli;
 #[path = "admin/errors.rs"]
 mod errors;
+#[path = "admin/hosts.rs"]
+mod hosts;
 #[path = "admin/http.rs"]
 pub(crate) mod http;
 #[path = "admin/page.rs"]

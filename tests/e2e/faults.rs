@@ -799,7 +799,7 @@ fn admin_post(admin: SocketAddr, path: &str) -> String {
     s.set_read_timeout(Some(T)).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.0\r\nHost: pin-proxy\r\nContent-Length: 0\r\n\r\n"
+        "POST {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
     )
     .unwrap();
     let mut text = String::new();

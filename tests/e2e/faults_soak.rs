@@ -450,7 +450,7 @@ fn metric_sum(text: &str, name: &str, label: &str) -> u64 {
 fn admin_text(admin: SocketAddr, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(admin).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: pin-proxy\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     text

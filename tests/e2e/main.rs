@@ -9,6 +9,7 @@ mod support;
 mod admin;
 mod balance;
 mod check;
+mod check_files;
 mod completions;
 mod deb;
 mod demo;

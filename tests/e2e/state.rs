@@ -243,3 +243,87 @@ async fn a_state_file_that_cannot_be_written_is_warned_about_once_and_stops_noth
     // The shutdown write failed too: the same episode, not logged again.
     assert_eq!(failed.len(), 1, "{failed:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_in_a_directory_not_made_yet_is_kept() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("lib/pin-proxy/state.json");
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], "");
+    let proxy = Proxy::start(&yaml).await;
+    let made = proxy
+        .wait_event(|e| e["message"] == "state_dir_created", T)
+        .await;
+    assert_eq!(
+        made["path"],
+        dir.path().join("lib/pin-proxy").display().to_string()
+    );
+    let answer = request(
+        admin_addr(&proxy),
+        "POST",
+        "/pools/p/backends/a/quarantine?for=10m",
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    wait_until("the window in the state file", T, || {
+        file_has(&state, "\"manual\"")
+    })
+    .await;
+    assert!(proxy.named("state_write_failed").is_empty());
+}
+
+/// A file written under a clock a century ahead: its windows count from
+/// now as they stood then, an automatic one no longer than
+/// `quarantine.max`, and it is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_from_the_future_keeps_no_node_out_beyond_its_caps() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let record = |name: &str, addr: SocketAddr, until: &str, reason: &str| {
+        format!(
+            "{{\"name\":\"{name}\",\"addr\":\"{addr}\",\"strikes\":1,\
+             \"quarantine\":{{\"until\":\"{until}\",\"reason\":\"{reason}\"}}}}"
+        )
+    };
+    let file = format!(
+        "{{\"version\":1,\"written_at\":\"2126-01-01T00:00:00.000Z\",\"pools\":[{{\"name\":\"p\",\
+         \"backends\":[{},{}]}}]}}",
+        record("a", nodes[0].addr, "2126-06-01T00:00:00.000Z", "down"),
+        record("b", nodes[1].addr, "2126-01-01T00:10:00.000Z", "manual"),
+    );
+    std::fs::write(&state, file).unwrap();
+    let extra = "    quarantine: { base: 1m, max: 5m }\n";
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], extra);
+    let started = SystemTime::now();
+    let proxy = Proxy::start(&yaml).await;
+    let future = proxy
+        .wait_event(|e| e["message"] == "state_from_future", T)
+        .await;
+    assert_eq!(
+        (&future["level"], &future["windows"]),
+        (&"WARN".into(), &2.into()),
+        "{future}"
+    );
+    assert_eq!(future["written_at"], "2126-01-01T00:00:00.000Z");
+    let capped = proxy
+        .wait_event(|e| e["message"] == "window_capped", T)
+        .await;
+    assert_eq!(
+        (&capped["backend"], &capped["window_s"]),
+        (&"a".into(), &300.into()),
+        "{capped}"
+    );
+    let s = status(admin_addr(&proxy)).await;
+    let left = |name: &str| {
+        until(backend(&s, "p", name))
+            .duration_since(started)
+            .unwrap_or_default()
+    };
+    let (a, b) = (left("a"), left("b"));
+    assert!(a <= Duration::from_secs(305), "a out for {a:?}");
+    assert!(
+        b >= Duration::from_secs(590) && b <= Duration::from_secs(610),
+        "b out for {b:?}"
+    );
+}

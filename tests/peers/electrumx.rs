@@ -47,7 +47,7 @@ fn probe_of<'a>(pool: &'a str, backend: &'a str) -> impl Fn(&Value) -> bool + 'a
 fn status_of(proxy: &Proxy, pool: &str, backend: &str) -> Value {
     let mut admin = TcpStream::connect(proxy.admin()).expect("connect admin");
     admin.set_read_timeout(Some(T)).unwrap();
-    write!(admin, "GET /status HTTP/1.0\r\nHost: pin-proxy\r\n\r\n").unwrap();
+    write!(admin, "GET /status HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
     let mut text = String::new();
     admin.read_to_string(&mut text).expect("read /status");
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);

@@ -447,7 +447,7 @@ pub async fn wait_events(
 pub fn admin_get(admin: SocketAddr, path: &str) -> Value {
     let mut s = std::net::TcpStream::connect(admin).expect("connect admin");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: pin-proxy\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read admin answer");
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);

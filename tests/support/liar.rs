@@ -89,7 +89,7 @@ pub fn admin_addr(proxy: &Proxy) -> SocketAddr {
 /// The body of `GET path` on the admin endpoint.
 pub async fn get(admin: SocketAddr, path: &str) -> String {
     let mut stream = TcpStream::connect(admin).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut text = String::new();
     super::within(path, T, stream.read_to_string(&mut text))

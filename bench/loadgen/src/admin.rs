@@ -24,7 +24,7 @@ pub async fn request(
             .await
             .with_context(|| format!("connect to the admin endpoint {admin}"))?;
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
         s.write_all(head.as_bytes()).await?;
         let mut answer = String::new();

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::discover::ResolverAddr;
+use super::hosts::AdminHost;
 use super::values::{
     Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, MagicHex, OneOrMany, PoolName, RawBackend,
 };
@@ -33,6 +34,7 @@ pub(super) struct RawFile {
 pub(super) struct RawAdmin {
     pub(super) listen: Option<ListenAddr>,
     pub(super) allow: Option<OneOrMany<Cidr>>,
+    pub(super) hosts: Option<OneOrMany<AdminHost>>,
 }
 
 #[derive(Deserialize)]

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::discover::{DiscoverTarget, ResolverAddr};
+use super::hosts::AdminHost;
 use crate::config::{ProbeTemplate, SecretUrl};
 
 /// A value read from one YAML scalar. serde_yaml hands any scalar to
@@ -62,6 +63,7 @@ scalar_deserialize!(
     ProbeUrl,
     DiscoverTarget,
     ResolverAddr,
+    AdminHost,
 );
 
 /// The longest duration a config value may hold.

@@ -1,14 +1,31 @@
 //! Files the proxy writes (`log.file`, `state_file`) should be creatable by
 //! the user that runs `check` (the service user, as the README says to run
 //! it): `run` refuses to start without its log (an error), and keeps no
-//! state across restarts without its state file (a warning).
+//! state across restarts without its state file (a warning). A log file
+//! that exists is opened as `run` opens it. A directory of theirs that
+//! other users can write is pointed out.
 
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::error::{Invalid, invalid};
-use crate::config::refuse_special_file;
+use crate::config::{Config, files, refuse_special_file};
+
+/// The existing log file at `file` (`log.file`) opens as `run` will open
+/// it (appending, never through a link), and its directory takes new
+/// files ([`check`]). Opening an existing file creates nothing.
+pub(super) fn check_log(file: &Path) -> Result<(), Invalid> {
+    check(file, "log.file", "log")?;
+    match files::open_existing_append(file) {
+        Ok(_) => Ok(()),
+        Err(e) => invalid(
+            "log.file",
+            format!("cannot open {} for writing: {e}", file.display()),
+        ),
+    }
+}
 
 /// The directory of `file` (the value of config key `key`, which holds
 /// `what` files: "log", "state") exists and takes new files, or can be
@@ -22,17 +39,8 @@ pub(super) fn check(file: &Path, key: &str, what: &str) -> Result<(), Invalid> {
     if let Err(e) = refuse_special_file(file) {
         return invalid(key, format!("{}: {e}", file.display()));
     }
-    let dir = file
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut existing = dir;
-    while !existing.exists() {
-        match existing.parent() {
-            Some(up) if !up.as_os_str().is_empty() => existing = up,
-            _ => existing = Path::new("."),
-        }
-    }
+    let dir = files::parent_dir(file);
+    let existing = nearest_existing(dir);
     if !existing.is_dir() {
         return invalid(key, format!("{} is not a directory", existing.display()));
     }
@@ -57,6 +65,45 @@ pub(super) fn check(file: &Path, key: &str, what: &str) -> Result<(), Invalid> {
             invalid(key, format!("{why}: {e}"))
         }
     }
+}
+
+/// `dir`, or the nearest of its ancestors that exists: where it would be
+/// made.
+fn nearest_existing(dir: &Path) -> &Path {
+    let mut existing = dir;
+    while !existing.exists() {
+        match existing.parent() {
+            Some(up) if !up.as_os_str().is_empty() => existing = up,
+            _ => return Path::new("."),
+        }
+    }
+    existing
+}
+
+/// A warning for each directory of `log.file` and `state_file` that users
+/// other than the owner and group can write (for one not made yet: the
+/// directory it would be made in). They could put a file of theirs at a
+/// name the proxy then writes, or read and cut its log.
+pub(in crate::config) fn open_to_others(config: &Config) -> Vec<String> {
+    let files = [
+        ("log.file", config.log.file.as_deref()),
+        ("state_file", config.state_file.as_deref()),
+    ];
+    files
+        .into_iter()
+        .filter_map(|(key, file)| {
+            let dir = nearest_existing(files::parent_dir(file?));
+            let mode = std::fs::metadata(dir).ok()?.permissions().mode();
+            (mode & 0o002 != 0).then(|| {
+                format!(
+                    "{key}: directory {} can be written by other users (mode {:o}); \
+                     use one only the service user can write",
+                    dir.display(),
+                    mode & 0o7777
+                )
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -110,5 +157,52 @@ mod tests {
             "{}",
             err.message
         );
+    }
+    #[test]
+    fn a_log_file_run_could_not_open_is_refused_and_nothing_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let link = tmp.path().join("p.log");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = check_log(&link).unwrap_err();
+        assert_eq!(err.path, "log.file");
+        assert!(err.message.contains("a symbolic link"), "{}", err.message);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        // An existing log file that opens, and one not made yet: passed,
+        // and the check makes neither.
+        check_log(&victim).unwrap();
+        check_log(&tmp.path().join("later.log")).unwrap();
+        assert!(!tmp.path().join("later.log").exists());
+    }
+
+    #[test]
+    fn directories_others_can_write_are_pointed_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let yaml = format!(
+            "log: {{ file: {0}/p.log }}\nstate_file: {0}/lib/state.json\npools:\n  - name: p\n    \
+             listen: 127.0.0.1:0\n    backends: [127.0.0.1:9]\n",
+            open.display()
+        );
+        let config = Config::parse(&yaml, Path::new("inline.yaml")).unwrap();
+        let warnings = open_to_others(&config);
+        let want = format!(
+            "directory {} can be written by other users (mode 1777)",
+            open.display()
+        );
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("log.file: ") && warnings[0].contains(&want),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with("state_file: ") && warnings[1].contains(&want),
+            "{warnings:?}"
+        );
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(open_to_others(&config).is_empty());
     }
 }

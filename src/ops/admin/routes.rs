@@ -13,12 +13,14 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::host;
 use super::origin;
 use super::page::Page;
 use super::slots::NoSlot;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::Control;
 use crate::ops::metrics;
+use crate::pool::health::MAX_MANUAL_WINDOW;
 use crate::pool::status::BackendStatus;
 
 /// Largest request body accepted (bodies are ignored, but must end).
@@ -33,8 +35,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub const UPGRADE_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest manual quarantine accepted, in days: far beyond any
 /// maintenance, and keeps the window's end representable.
-const MAX_WINDOW_DAYS: u64 = 365;
-const MAX_WINDOW: Duration = Duration::from_secs(MAX_WINDOW_DAYS * 24 * 3600);
+const MAX_WINDOW_DAYS: u64 = MAX_MANUAL_WINDOW.as_secs() / 86_400;
 
 /// What every request handler shares.
 pub struct Ctx {
@@ -44,6 +45,8 @@ pub struct Ctx {
     pub token: CancellationToken,
     /// The status page.
     pub page: Page,
+    /// The names `Host` may carry.
+    pub hosts: host::Hosts,
 }
 
 /// The answer to `POST .../quarantine` and `POST .../release`.
@@ -231,9 +234,19 @@ fn decode(segment: &str) -> Result<String, Fail> {
         .map_err(|_| Fail::new(StatusCode::BAD_REQUEST, "path is not valid UTF-8"))
 }
 
-/// Answer one request from `peer` (an allowed client holding a slot).
-pub async fn respond(req: Request<Incoming>, peer: SocketAddr, ctx: &Ctx) -> Answer {
+/// Answer one request from `peer` (an allowed client holding a slot),
+/// connected to `local`.
+pub async fn respond(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    ctx: &Ctx,
+) -> Answer {
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    if let Some(refused) = misdirected(&req, local, &ctx.hosts) {
+        log(peer, &method, &path, &refused);
+        return refused;
+    }
     // An upgrade waits for the new process, within its own timeouts.
     let budget = if path == "/upgrade" {
         UPGRADE_REQUEST_TIMEOUT
@@ -257,7 +270,17 @@ pub async fn respond(req: Request<Incoming>, peer: SocketAddr, ctx: &Ctx) -> Ans
 /// live process as dead; anything else 503 (every slot taken) or 429 (the
 /// client's address holds its share), with `Retry-After`. The body is not
 /// read.
-pub fn reserved(req: &Request<Incoming>, peer: SocketAddr, full: NoSlot) -> Answer {
+pub fn reserved(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    hosts: &host::Hosts,
+    full: NoSlot,
+) -> Answer {
+    if let Some(refused) = misdirected(req, local, hosts) {
+        log(peer, req.method(), req.uri().path(), &refused);
+        return refused;
+    }
     let answer = match parse_request(req.method(), req.uri()) {
         Ok(AdminRequest::Healthz) => healthz(),
         _ => {
@@ -283,6 +306,17 @@ pub fn reserved(req: &Request<Incoming>, peer: SocketAddr, full: NoSlot) -> Answ
     };
     log(peer, req.method(), req.uri().path(), &answer);
     answer
+}
+
+/// A 421 for a request under a `Host` this endpoint does not answer to
+/// (`admin/host.rs`), on every route: the body is not read. `None` when
+/// the request may go on.
+fn misdirected<B>(req: &Request<B>, local: SocketAddr, hosts: &host::Hosts) -> Option<Answer> {
+    let refused = hosts.check(req.headers(), req.uri(), local.ip()).err()?;
+    Some(error(Fail::new(
+        StatusCode::MISDIRECTED_REQUEST,
+        refused.to_string(),
+    )))
 }
 
 fn log(peer: SocketAddr, method: &Method, path: &str, answer: &Answer) {
@@ -396,7 +430,7 @@ fn window(query: &str) -> Result<Duration, Fail> {
     if window.is_zero() {
         return Err(bad("duration must be more than 0".to_owned()));
     }
-    if window > MAX_WINDOW {
+    if window > MAX_MANUAL_WINDOW {
         return Err(bad(format!(
             "duration {value:?} is over the maximum of {MAX_WINDOW_DAYS} days"
         )));

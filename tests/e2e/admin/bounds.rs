@@ -48,7 +48,7 @@ async fn connect_from(from: &str, admin: SocketAddr) -> TcpStream {
 async fn request_from(from: &str, admin: SocketAddr, method: &str, path: &str) -> Option<Answer> {
     let stream = connect_from(from, admin).await;
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     );
     try_send(stream, &raw).await
 }
@@ -112,7 +112,8 @@ async fn clients_outside_admin_allow_are_closed_at_once_unread() {
         ("POST", "/pools/p/backends/a/quarantine?for=1m"),
     ] {
         let mut stream = connect_from("127.0.0.2", admin).await;
-        let raw = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n");
+        let raw =
+            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n");
         // The write may already meet the close.
         let _ = stream.write_all(raw.as_bytes()).await;
         let mut got = Vec::new();
@@ -254,7 +255,7 @@ async fn healthz_answers_while_refused_clients_dribble() {
     let stop = CancellationToken::new();
     let connected = Arc::new(AtomicUsize::new(0));
     let answered = Arc::new(AtomicUsize::new(0));
-    let head = b"GET /status HTTP/1.1\r\nHost: admin\r\n\r\n";
+    let head = b"GET /status HTTP/1.1\r\nHost: localhost\r\n\r\n";
     // 100 clients outside admin.allow send a head a byte every 100 ms,
     // reconnecting (at most 20 times) when closed.
     let dribblers = swarm(100, &stop, |_| {

@@ -82,7 +82,7 @@ async fn oversized_body_is_413_and_nothing_runs() {
     let (proxy, admin, _nodes) = two_echo(false).await;
     // Declared and never sent: the answer must not wait for it.
     let stream = TcpStream::connect(admin).await.unwrap();
-    let raw = "POST /reload HTTP/1.1\r\nHost: admin\r\nContent-Length: 1000000\r\n\r\n";
+    let raw = "POST /reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000\r\n\r\n";
     let answer = send(stream, raw).await;
     assert_eq!(answer.status, 413, "{}", answer.body);
     assert!(answer.error().contains("body"), "{}", answer.body);

@@ -64,7 +64,7 @@ pub async fn request(admin: SocketAddr, method: &str, path: &str) -> Answer {
     send(
         stream,
         &format!(
-            "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
         ),
     )
     .await

@@ -165,7 +165,7 @@ async fn a_second_upgrade_while_one_runs_is_refused() {
 async fn request_long(admin: std::net::SocketAddr) -> (u16, String) {
     let mut s = TcpStream::connect(admin).await.unwrap();
     s.write_all(
-        b"POST /upgrade HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"POST /upgrade HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     )
     .await
     .unwrap();
