@@ -138,9 +138,13 @@ struct AdminArg {
 }
 
 impl AdminArg {
-    fn resolve(self, top: Option<PathBuf>) -> admin_cli::Target {
+    /// The endpoint to call. A config named with `-c` (or the environment)
+    /// must be usable: falling back to the default would reach another
+    /// instance.
+    fn resolve(self, top: Option<PathBuf>) -> anyhow::Result<admin_cli::Target> {
+        let named = self.config.config.is_some() || top.is_some();
         let path = self.config.or(top);
-        admin_cli::Target::resolve(self.admin, &path)
+        admin_cli::Target::resolve(self.admin, &path, named)
     }
 }
 
@@ -184,8 +188,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let call_admin = |admin: AdminArg, call: Call| -> ExitCode {
-        let addr = admin.resolve(top.clone());
-        match block_on(call.send(&addr)) {
+        let sent = admin
+            .resolve(top.clone())
+            .and_then(|addr| block_on(call.send(&addr)));
+        match sent {
             Ok(out) => {
                 print!("{out}");
                 ExitCode::SUCCESS
