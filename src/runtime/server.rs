@@ -28,6 +28,7 @@ use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::pool::own::OwnListeners;
 use crate::net::balance::Loops;
+use crate::net::closed_log;
 use crate::net::freeze::Freezer;
 use crate::pool::saved::HealthChanges;
 use crate::runtime::state_file;
@@ -312,6 +313,7 @@ impl Server {
         prober.watch(pool);
         self.tracker.spawn(rebalance::run(pool.clone()));
         self.tracker.spawn(drain::run(pool.clone()));
+        self.tracker.spawn(closed_log::report_folded(pool.clone()));
         let (tell, first) = oneshot::channel();
         self.tracker
             .spawn(discover::run(pool.clone(), prober.clone(), tell));

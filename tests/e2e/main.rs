@@ -9,6 +9,7 @@ mod support;
 mod admin;
 mod balance;
 mod check;
+mod closed_fold;
 mod completions;
 mod deb;
 mod demo;
