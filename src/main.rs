@@ -89,6 +89,13 @@ enum Command {
         #[command(flatten)]
         admin: AdminArg,
     },
+    /// Re-read the config file of a running instance and apply it (as
+    /// SIGHUP does). Exits 0 when applied, 1 when refused (the instance
+    /// then runs on its old config) or unreachable.
+    Reload {
+        #[command(flatten)]
+        admin: AdminArg,
+    },
     /// Live upgrade: start the binary this instance was started from, hand
     /// it every listener and connection, and exit once it serves. Exits 0
     /// when done, 1 when it failed (the instance then serves on unchanged).
@@ -222,6 +229,7 @@ fn main() -> ExitCode {
             backend,
             admin,
         } => call_admin(admin, Call::Release { pool, backend }),
+        Command::Reload { admin } => call_admin(admin, Call::Reload),
         Command::Upgrade { admin } => call_admin(admin, Call::Upgrade),
         #[cfg(feature = "sim")]
         Command::Demo => exit(demo()),
@@ -280,16 +288,20 @@ const EXIT_BIND: u8 = 3;
 
 /// Print clap's message for `err` and exit: 0 for `--help` and
 /// `--version`; 1 for a usage error of a command that talks to a running
-/// instance (`status`, `quarantine`, `release`, `upgrade` exit 0 or 1);
+/// instance (`status`, `quarantine`, `release`, `reload`, `upgrade` exit
+/// 0 or 1);
 /// clap's 2 otherwise.
 fn usage_error(err: &clap::Error) -> ExitCode {
     let _ = err.print();
     if !err.use_stderr() {
         return ExitCode::SUCCESS;
     }
-    let admin = std::env::args()
-        .skip(1)
-        .any(|a| matches!(a.as_str(), "status" | "quarantine" | "release" | "upgrade"));
+    let admin = std::env::args().skip(1).any(|a| {
+        matches!(
+            a.as_str(),
+            "status" | "quarantine" | "release" | "reload" | "upgrade"
+        )
+    });
     if admin {
         ExitCode::FAILURE
     } else {
@@ -388,6 +400,7 @@ enum Call {
         pool: String,
         backend: String,
     },
+    Reload,
     Upgrade,
 }
 
@@ -407,6 +420,7 @@ impl Call {
                 window,
             } => admin_cli::quarantine(admin, &pool, &backend, window).await,
             Call::Release { pool, backend } => admin_cli::release(admin, &pool, &backend).await,
+            Call::Reload => admin_cli::reload(admin).await,
             Call::Upgrade => admin_cli::upgrade(admin).await,
         }
     }

@@ -10,6 +10,7 @@ pub mod discover;
 pub mod drain;
 pub mod handover;
 pub mod limits;
+mod log_lists;
 mod logfile;
 pub mod logging;
 pub mod notify;

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use crate::config::{BackendConfig, Config, PoolConfig};
+use crate::ops::control::Reloaded;
 
 /// Everything a reload changes. Empty (the default) when nothing does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,6 +64,25 @@ impl ReloadPlan<'_> {
     /// The plan for the kept pool `name`; `None` when it does not change.
     pub fn kept(&self, name: &str) -> Option<&PoolPlan<'_>> {
         self.keep.iter().find(|p| p.name == name)
+    }
+
+    /// What the plan changes, by name, for `reloaded` and `POST /reload`.
+    pub fn changes(&self) -> Reloaded {
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect();
+        let backends = |of: &dyn Fn(&PoolPlan<'_>) -> Vec<String>| {
+            self.keep.iter().flat_map(of).collect()
+        };
+        let qualified = |p: &PoolPlan<'_>, list: &[&str]| -> Vec<String> {
+            list.iter().map(|b| format!("{}/{b}", p.name)).collect()
+        };
+        Reloaded {
+            pools_added: names(&self.bind),
+            pools_removed: names(&self.stop),
+            pools_changed: self.keep.iter().map(|p| p.name.to_owned()).collect(),
+            backends_added: backends(&|p| qualified(p, &p.backends_added)),
+            backends_removed: backends(&|p| qualified(p, &p.backends_removed)),
+            backends_changed: backends(&|p| qualified(p, &p.backends_changed)),
+        }
     }
 }
 

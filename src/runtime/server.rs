@@ -21,7 +21,8 @@ use tracing::{error, info, warn};
 
 use crate::pool::close::CloseReason;
 use crate::config::{Config, IpNet};
-use crate::ops::control::{Control, ReloadError, ReloadRequest, UpgradeRequest};
+use crate::ops::control::{Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
+use crate::runtime::log_lists::List;
 use crate::runtime::handover::protocol::Owner;
 use crate::probe::prober::Prober;
 use crate::pool::registry::Pool;
@@ -322,18 +323,27 @@ impl Server {
 
     /// Re-read the config file and apply it. Everything that can fail
     /// (parsing, binding new addresses) happens before anything changes.
-    fn reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
+    fn reload(&mut self, prober: &Prober) -> Result<Reloaded, ReloadError> {
         notify::reloading();
         let result = self.try_reload(prober);
         match &result {
-            Ok(()) => info!(pools = self.pools.len(), "reloaded"),
+            Ok(c) => info!(
+                pools = self.pools.len(),
+                pools_added = %List(&c.pools_added),
+                pools_removed = %List(&c.pools_removed),
+                pools_changed = %List(&c.pools_changed),
+                backends_added = %List(&c.backends_added),
+                backends_removed = %List(&c.backends_removed),
+                backends_changed = %List(&c.backends_changed),
+                "reloaded"
+            ),
             Err(err) => error!(err = err.to_string().as_str(), "reload_failed"),
         }
         notify::ready();
         result
     }
 
-    fn try_reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
+    fn try_reload(&mut self, prober: &Prober) -> Result<Reloaded, ReloadError> {
         let path = self.path.clone().ok_or(ReloadError::NoConfigFile)?;
         let new = Config::load(&path)?;
         let (old, wanted) = reload::in_bound_terms(&self.config, &new, |name| {
@@ -342,8 +352,9 @@ impl Server {
         });
         let plan = reload::plan(&old, &wanted);
         self.apply(&plan, &new, prober)?;
+        let changes = plan.changes();
         self.config = new;
-        Ok(())
+        Ok(changes)
     }
 
     /// Apply `plan`, which turns the running config into `new`. Binding
@@ -408,7 +419,7 @@ impl Server {
         self.changes.bump();
         if !plan.restart_only.is_empty() {
             warn!(
-                keys = ?plan.restart_only,
+                keys = %List(&plan.restart_only),
                 note = "admin, log and state_file settings apply at the next restart",
                 "reload_partial"
             );

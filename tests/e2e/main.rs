@@ -24,6 +24,7 @@ mod lifecycle;
 mod monitoring;
 mod rejected_fold;
 mod reload;
+mod reload_changes;
 mod secrets;
 mod self_loop;
 mod splice;
