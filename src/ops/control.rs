@@ -125,6 +125,14 @@ pub enum UpgradeError {
     /// The server is stopping.
     #[error("server is shutting down")]
     ShuttingDown,
+    /// This process is PID 1 (a container's init): when it exits, the
+    /// kernel ends every process of the container, the new one too.
+    #[error(
+        "running as PID 1: when PID 1 exits, the container ends with every process and \
+         connection in it, the new one too; restart the container to upgrade, or run \
+         pin-proxy under an init (docker run --init, tini) for live upgrades"
+    )]
+    Pid1,
 }
 
 /// Shared, cheap to clone.

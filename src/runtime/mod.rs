@@ -14,6 +14,7 @@ mod log_lists;
 mod logfile;
 pub mod logging;
 pub mod notify;
+mod pid_file;
 pub mod rebalance;
 pub mod reload;
 pub mod server;

@@ -153,8 +153,8 @@ fn settings(pool: &PoolConfig) -> PoolConfig {
     }
 }
 
-/// The keys of `admin`, `log` and `state_file` that differ: they apply at
-/// the next restart.
+/// The keys of `admin`, `log`, `state_file` and `pid_file` that differ:
+/// they apply at the next restart.
 fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     let (oa, na) = (old.admin.as_ref(), new.admin.as_ref());
     let (ol, nl) = (&old.log, &new.log);
@@ -165,6 +165,7 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         ("log.format", ol.format != nl.format),
         ("log.file", ol.file != nl.file),
         ("state_file", old.state_file != new.state_file),
+        ("pid_file", old.pid_file != new.pid_file),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))

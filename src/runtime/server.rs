@@ -32,6 +32,7 @@ use crate::net::balance::Loops;
 use crate::net::closed_log;
 use crate::net::freeze::Freezer;
 use crate::pool::saved::HealthChanges;
+use crate::runtime::pid_file;
 use crate::runtime::state_file;
 use crate::net::workers::Workers;
 use crate::ops::admin;
@@ -110,7 +111,13 @@ impl Server {
     /// # Errors
     /// The first address that cannot be bound.
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
-        Server::start(config, path, Inherited::default(), 0, 1)
+        let server = Server::start(config, path, Inherited::default(), 0, 1)?;
+        // Before ready: a supervisor that waits for the file finds it.
+        if let Some(file) = &server.config.pid_file {
+            pid_file::write(file, std::process::id())
+                .with_context(|| format!("write pid_file {}", file.display()))?;
+        }
+        Ok(server)
     }
 
     /// Bind what `inherited` does not bring, for a process of `generation`
@@ -256,14 +263,17 @@ impl Server {
             self.tracker.spawn(writer)
         });
         match heritage {
-            Some(heritage) => self.take_connections(heritage).await,
+            Some(heritage) => {
+                self.take_connections(heritage).await;
+                self.rewrite_pid_file();
+            }
             None => notify::ready(),
         }
         info!(generation = self.generation, "ready");
         tokio::pin!(shutdown);
         let handed_over = loop {
             tokio::select! {
-                () = &mut shutdown => break false,
+                () = &mut shutdown => break None,
                 Some(reply) = self.reloads.recv() => {
                     let result = self.reload(&prober);
                     // The requester may have gone away; the outcome is logged either way.
@@ -271,16 +281,16 @@ impl Server {
                 }
                 Some(reply) = self.upgrades.recv() => {
                     let result = self.upgrade().await;
-                    let done = result.is_ok();
+                    let next = result.as_ref().ok().map(|done| done.pid);
                     // The outcome is logged either way.
                     let _ = reply.send(result);
-                    if done {
-                        break true;
+                    if next.is_some() {
+                        break next;
                     }
                 }
             }
         };
-        if handed_over {
+        if handed_over.is_some() {
             // The state file is the new process's now: no last write of
             // this one's may land after its first.
             if let Some(writer) = &writer {
@@ -289,6 +299,11 @@ impl Server {
         } else {
             notify::stopping();
             info!("shutdown");
+            if let Some(file) = &self.config.pid_file
+                && let Err(err) = pid_file::remove_if_ours(file, std::process::id())
+            {
+                warn!(path = %file.display(), err = %err, "pid_file_failed");
+            }
         }
         for run in &self.pools {
             run.pool.stop(CloseReason::Shutdown);
@@ -300,6 +315,19 @@ impl Server {
             .is_err()
         {
             warn!(tasks = self.tracker.len(), "shutdown_timeout");
+        }
+        if let Some(next) = handed_over {
+            upgrade::pass_stop_on(shutdown, next);
+        }
+    }
+
+    /// The new process of an upgrade serves now: the pid file names it.
+    /// Too late to refuse the upgrade, so a failure is only logged.
+    fn rewrite_pid_file(&self) {
+        if let Some(file) = &self.config.pid_file
+            && let Err(err) = pid_file::write(file, std::process::id())
+        {
+            error!(path = %file.display(), err = %err, "pid_file_failed");
         }
     }
 
