@@ -89,6 +89,13 @@ enum Command {
         #[command(flatten)]
         admin: AdminArg,
     },
+    /// Re-read the config file of a running instance and apply it (as
+    /// SIGHUP does). Exits 0 when applied, 1 when refused (the instance
+    /// then runs on its old config) or unreachable.
+    Reload {
+        #[command(flatten)]
+        admin: AdminArg,
+    },
     /// Live upgrade: start the binary this instance was started from, hand
     /// it every listener and connection, and exit once it serves. Exits 0
     /// when done, 1 when it failed (the instance then serves on unchanged).
@@ -138,9 +145,13 @@ struct AdminArg {
 }
 
 impl AdminArg {
-    fn resolve(self, top: Option<PathBuf>) -> admin_cli::Target {
+    /// The endpoint to call. A config named with `-c` (or the environment)
+    /// must be usable: falling back to the default would reach another
+    /// instance.
+    fn resolve(self, top: Option<PathBuf>) -> anyhow::Result<admin_cli::Target> {
+        let named = self.config.config.is_some() || top.is_some();
         let path = self.config.or(top);
-        admin_cli::Target::resolve(self.admin, &path)
+        admin_cli::Target::resolve(self.admin, &path, named)
     }
 }
 
@@ -184,8 +195,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let call_admin = |admin: AdminArg, call: Call| -> ExitCode {
-        let addr = admin.resolve(top.clone());
-        match block_on(call.send(&addr)) {
+        let sent = admin
+            .resolve(top.clone())
+            .and_then(|addr| block_on(call.send(&addr)));
+        match sent {
             Ok(out) => {
                 print!("{out}");
                 ExitCode::SUCCESS
@@ -216,6 +229,7 @@ fn main() -> ExitCode {
             backend,
             admin,
         } => call_admin(admin, Call::Release { pool, backend }),
+        Command::Reload { admin } => call_admin(admin, Call::Reload),
         Command::Upgrade { admin } => call_admin(admin, Call::Upgrade),
         #[cfg(feature = "sim")]
         Command::Demo => exit(demo()),
@@ -282,16 +296,20 @@ const EXIT_BIND: u8 = 3;
 
 /// Print clap's message for `err` and exit: 0 for `--help` and
 /// `--version`; 1 for a usage error of a command that talks to a running
-/// instance (`status`, `quarantine`, `release`, `upgrade` exit 0 or 1);
+/// instance (`status`, `quarantine`, `release`, `reload`, `upgrade` exit
+/// 0 or 1);
 /// clap's 2 otherwise.
 fn usage_error(err: &clap::Error) -> ExitCode {
     let _ = err.print();
     if !err.use_stderr() {
         return ExitCode::SUCCESS;
     }
-    let admin = std::env::args()
-        .skip(1)
-        .any(|a| matches!(a.as_str(), "status" | "quarantine" | "release" | "upgrade"));
+    let admin = std::env::args().skip(1).any(|a| {
+        matches!(
+            a.as_str(),
+            "status" | "quarantine" | "release" | "reload" | "upgrade"
+        )
+    });
     if admin {
         ExitCode::FAILURE
     } else {
@@ -390,6 +408,7 @@ enum Call {
         pool: String,
         backend: String,
     },
+    Reload,
     Upgrade,
 }
 
@@ -409,6 +428,7 @@ impl Call {
                 window,
             } => admin_cli::quarantine(admin, &pool, &backend, window).await,
             Call::Release { pool, backend } => admin_cli::release(admin, &pool, &backend).await,
+            Call::Reload => admin_cli::reload(admin).await,
             Call::Upgrade => admin_cli::upgrade(admin).await,
         }
     }

@@ -50,6 +50,9 @@ fn write_config(out: &mut String, config: &Config) -> std::fmt::Result {
         Some(f) => writeln!(out, "state_file: {}", f.display())?,
         None => writeln!(out, "state_file: none (nothing kept across restarts)")?,
     }
+    if let Some(f) = &config.pid_file {
+        writeln!(out, "pid_file: {}", f.display())?;
+    }
     for pool in &config.pools {
         writeln!(out)?;
         write_pool(out, pool)?;

@@ -37,6 +37,9 @@ pub struct Config {
     /// Where quarantine windows and strikes are kept across restarts;
     /// none kept when `None`.
     pub state_file: Option<PathBuf>,
+    /// Where the serving process writes its pid (rewritten by the new
+    /// process of a live upgrade); none written when `None`.
+    pub pid_file: Option<PathBuf>,
     /// The pools, in file order.
     pub pools: Vec<PoolConfig>,
 }

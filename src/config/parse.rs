@@ -188,6 +188,19 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
             );
         }
     }
+    let pid_file = raw.pid_file;
+    if let Some(f) = &pid_file {
+        // Written as the state file is: a new file renamed over it.
+        if f.as_os_str().is_empty() || f.file_name().is_none() {
+            return invalid(
+                "pid_file",
+                format!(
+                    "{:?} names no file; name a file in a directory",
+                    f.display().to_string()
+                ),
+            );
+        }
+    }
 
     let admin = raw.admin.and_then(|a| {
         let allow = a
@@ -245,6 +258,7 @@ fn build(raw: RawFile) -> Result<Config, Invalid> {
         log,
         upgrade_timeout: upgrade_timeout.map_or(UPGRADE_TIMEOUT, |d| d.0),
         state_file,
+        pid_file,
         pools,
     })
 }

@@ -7,6 +7,7 @@
 //! `sockopt` and `workers`; it never uses them.
 
 pub mod balance;
+pub mod closed_log;
 pub mod connect;
 pub mod freeze;
 pub mod listener;

@@ -1,20 +1,16 @@
 //! Folds repeated `rejected` events: a flood of refused clients logs at most
-//! [`LIMIT`] lines per [`WINDOW`] for each pool and reason, then one summary
+//! `fold::LIMIT` lines per `fold::WINDOW` for each pool and reason, then one summary
 //! line per window with the number left out (`suppressed`), while it lasts.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
-/// Lines logged in full per window, per pool and reason.
-pub const LIMIT: u32 = 5;
-/// The folding window, and so the period of the summary lines.
-pub const WINDOW: Duration = Duration::from_secs(1);
+use crate::pool::fold::{Flush, Fold};
 
 /// Why a client was refused at accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,85 +30,6 @@ impl Reject {
             Reject::AllowList => "allow_list",
             Reject::MaxConnections => "max_connections",
             Reject::PerSource => "per_source",
-        }
-    }
-}
-
-/// What to do with one occurrence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hit {
-    /// Log it in full.
-    pub show: bool,
-    /// Left out in the previous window and not yet reported: log a summary first.
-    pub carried: u64,
-    /// The first one left out since no flush was pending: start a flush.
-    pub arm: bool,
-}
-
-/// What a pending flush should do now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flush {
-    /// The window is still open: look again then.
-    Wait(Instant),
-    /// The window closed with this many left out: log the summary.
-    Report(u64),
-    /// Nothing left to report: the flush ends.
-    Done,
-}
-
-/// One pool and reason's window (pure: time comes in as `now`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fold {
-    start: Option<Instant>,
-    shown: u32,
-    hidden: u64,
-    armed: bool,
-}
-
-impl Fold {
-    /// One occurrence at `now`.
-    pub fn hit(&mut self, now: Instant) -> Hit {
-        let mut carried = 0;
-        if self.start.is_none_or(|s| now >= s + WINDOW) {
-            carried = std::mem::take(&mut self.hidden);
-            self.start = Some(now);
-            self.shown = 0;
-        }
-        if self.shown < LIMIT {
-            self.shown += 1;
-            return Hit {
-                show: true,
-                carried,
-                arm: false,
-            };
-        }
-        self.hidden += 1;
-        let arm = !self.armed;
-        self.armed = true;
-        Hit {
-            show: false,
-            carried,
-            arm,
-        }
-    }
-
-    /// The pending flush looks at the window at `now`.
-    pub fn flush(&mut self, now: Instant) -> Flush {
-        let Some(start) = self.start else {
-            self.armed = false;
-            return Flush::Done;
-        };
-        if now < start + WINDOW {
-            return Flush::Wait(start + WINDOW);
-        }
-        self.start = None;
-        self.shown = 0;
-        match std::mem::take(&mut self.hidden) {
-            0 => {
-                self.armed = false;
-                Flush::Done
-            }
-            n => Flush::Report(n),
         }
     }
 }
@@ -188,6 +105,8 @@ fn summary(pool: &str, reason: Reject, suppressed: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pool::fold::{Hit, LIMIT, WINDOW};
+    use std::time::Duration;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     const MS: Duration = Duration::from_millis(1);

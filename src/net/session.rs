@@ -11,6 +11,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::net::closed_log::{self, Closed};
 use crate::net::connect::{self, ConnectError};
 use crate::net::freeze::{ConnMeta, Freezer, Frozen};
 use crate::net::splice::SpliceState;
@@ -196,13 +197,17 @@ impl Ends<'_> {
             drop(held);
             drop(sockets);
         }
-        let err = out.error.as_ref().map(|e| e.to_string());
-        info!(
-            pool = %pool.name, backend = %target.config.name, conn, client = %peer,
-            bytes_up = out.bytes_up, bytes_down = out.bytes_down,
-            duration_ms = started.elapsed().as_millis() as u64,
-            reason = out.reason.as_str(), err, "closed"
-        );
+        let closed = Closed {
+            backend: Some(&target.config.name),
+            conn,
+            client: peer,
+            bytes_up: out.bytes_up,
+            bytes_down: out.bytes_down,
+            duration: started.elapsed(),
+            reason: out.reason,
+            err: out.error.as_ref().map(|e| e.to_string()),
+        };
+        closed_log::closed(pool, closed);
     }
 
     /// Take both sockets out of this event loop and give them to the
@@ -280,12 +285,17 @@ async fn open(
         match connect_some(pool, conn, peer, &entry, config.connect_timeout).await {
             Ok(leg) => leg,
             Err(reason) => {
-                info!(
-                    pool = %pool.name, conn, client = %peer,
-                    bytes_up = 0u64, bytes_down = 0u64,
-                    duration_ms = started.elapsed().as_millis() as u64,
-                    reason = reason.as_str(), "closed"
-                );
+                let closed = Closed {
+                    backend: None,
+                    conn,
+                    client: peer,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    duration: started.elapsed(),
+                    reason,
+                    err: None,
+                };
+                closed_log::closed(pool, closed);
                 return None;
             }
         };

@@ -1,4 +1,4 @@
-//! The `status`, `quarantine`, `release` and `upgrade` commands: requests to a running
+//! The `status`, `quarantine`, `release`, `reload` and `upgrade` commands: requests to a running
 //! instance's admin endpoint over plain HTTP/1.1, answers turned into
 //! one-line confirmations, a table, or one-line errors. Which endpoint, and
 //! why, is `admin_cli/target.rs`; `status --watch` is `admin_cli/watch.rs`.
@@ -22,7 +22,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::net::TcpStream;
 
 use crate::ops::admin::{BackendAnswer, ErrorAnswer, UPGRADE_REQUEST_TIMEOUT};
-use crate::ops::control::Upgraded;
+use crate::ops::control::{Reloaded, Upgraded};
 use crate::pool::status::Status;
 
 /// Budget for the TCP connect to the admin endpoint.
@@ -110,6 +110,17 @@ pub async fn release(admin: &Target, pool: &str, backend: &str) -> anyhow::Resul
             "{pool}/{backend} released; it takes clients again once its probes pass (state: {state})\n"
         )
     })
+}
+
+/// `POST /reload`: the instance re-reads its config file.
+///
+/// # Errors
+/// When the instance is unreachable or refused the new config (the error
+/// says why; the old config keeps running).
+pub async fn reload(admin: &Target) -> anyhow::Result<String> {
+    let body = call(admin, Method::POST, "/reload").await?;
+    let changes: Reloaded = decode(&body)?;
+    Ok(format!("reloaded: {}\n", changes.summary()))
 }
 
 /// `POST /upgrade`: waits until the new process serves (or the upgrade

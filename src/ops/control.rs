@@ -14,9 +14,52 @@ use crate::config::ConfigError;
 use crate::pool::registry::Pool;
 use crate::pool::status::Status;
 
-/// A reload request: the answer is an error when the reload was refused
-/// (the old config keeps running).
-pub type ReloadRequest = oneshot::Sender<Result<(), ReloadError>>;
+/// A reload request: the answer is what changed, or an error when the
+/// reload was refused (the old config keeps running).
+pub type ReloadRequest = oneshot::Sender<Result<Reloaded, ReloadError>>;
+
+/// What a reload changed: the fields of `reloaded` and of the answer to
+/// `POST /reload`. Backends are `pool/backend`; a new pool's backends come
+/// with it and a changed `addr` is a backend removed and one added.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reloaded {
+    /// Pools the new config adds.
+    pub pools_added: Vec<String>,
+    /// Pools it removes.
+    pub pools_removed: Vec<String>,
+    /// Pools both have whose listen addresses, backends or settings change.
+    pub pools_changed: Vec<String>,
+    /// Backends added to kept pools.
+    pub backends_added: Vec<String>,
+    /// Backends removed from kept pools.
+    pub backends_removed: Vec<String>,
+    /// Kept backends whose other keys (`backup`, `probe_url`) change.
+    pub backends_changed: Vec<String>,
+}
+
+impl Reloaded {
+    /// One line for a person: `pools added: a; backends removed: p/x`, or
+    /// `nothing changed`.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = [
+            ("pools added", &self.pools_added),
+            ("pools removed", &self.pools_removed),
+            ("pools changed", &self.pools_changed),
+            ("backends added", &self.backends_added),
+            ("backends removed", &self.backends_removed),
+            ("backends changed", &self.backends_changed),
+        ]
+        .into_iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what}: {}", names.join(", ")))
+        .collect();
+        if parts.is_empty() {
+            "nothing changed".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
 
 /// Why a reload was refused; the old config keeps running. `Display` is
 /// the one line `reload_failed` logs and `POST /reload` answers with.
@@ -82,6 +125,14 @@ pub enum UpgradeError {
     /// The server is stopping.
     #[error("server is shutting down")]
     ShuttingDown,
+    /// This process is PID 1 (a container's init): when it exits, the
+    /// kernel ends every process of the container, the new one too.
+    #[error(
+        "running as PID 1: when PID 1 exits, the container ends with every process and \
+         connection in it, the new one too; restart the container to upgrade, or run \
+         pin-proxy under an init (docker run --init, tini) for live upgrades"
+    )]
+    Pid1,
 }
 
 /// Shared, cheap to clone.
@@ -140,11 +191,12 @@ impl Control {
         }
     }
 
-    /// Re-read the config file and apply it; waits for the outcome.
+    /// Re-read the config file and apply it; waits for the outcome: what
+    /// changed.
     ///
     /// # Errors
     /// Why the new config was refused, or that the server is stopping.
-    pub async fn reload(&self) -> Result<(), ReloadError> {
+    pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
         let (tx, rx) = oneshot::channel();
         self.reload
             .send(tx)

@@ -17,6 +17,7 @@ pub mod carry;
 pub mod close;
 pub mod discovered;
 pub mod drain;
+pub mod fold;
 pub mod health;
 pub mod lag;
 pub mod members;

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
 use crate::pool::drain::DrainRun;
+use crate::pool::fold::Folds;
 use crate::pool::discovered::{self, Source};
 use crate::pool::admission::source_of;
 use crate::pool::members::Members;
@@ -178,6 +179,8 @@ pub struct Pool {
     /// Bumped when a backend's quarantine, strikes or state changes (or
     /// membership does): what the state file writer waits on.
     pub(in crate::pool) changes: Arc<HealthChanges>,
+    /// `closed` lines of short or empty connections, folded per reason.
+    pub closed_folds: Folds<&'static str>,
 }
 
 impl Pool {
@@ -212,6 +215,7 @@ impl Pool {
             drain_wake: Notify::new(),
             discover_wake: Notify::new(),
             changes: Arc::default(),
+            closed_folds: Folds::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use anyhow::Context;
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
+use super::log_lists::ArraysInJson;
 use super::logfile::DailyFile;
 use crate::config::{LogConfig, LogFormat};
 
@@ -68,6 +69,7 @@ pub fn init(config: &LogConfig) -> anyhow::Result<LogGuard> {
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(false)
+            .map_event_format(ArraysInJson)
             .try_init(),
         LogFormat::Text => base.with_ansi(false).try_init(),
     };

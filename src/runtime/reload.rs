@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use crate::config::{BackendConfig, Config, PoolConfig};
+use crate::ops::control::Reloaded;
 
 /// Everything a reload changes. Empty (the default) when nothing does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,6 +64,25 @@ impl ReloadPlan<'_> {
     /// The plan for the kept pool `name`; `None` when it does not change.
     pub fn kept(&self, name: &str) -> Option<&PoolPlan<'_>> {
         self.keep.iter().find(|p| p.name == name)
+    }
+
+    /// What the plan changes, by name, for `reloaded` and `POST /reload`.
+    pub fn changes(&self) -> Reloaded {
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect();
+        let backends = |of: &dyn Fn(&PoolPlan<'_>) -> Vec<String>| {
+            self.keep.iter().flat_map(of).collect()
+        };
+        let qualified = |p: &PoolPlan<'_>, list: &[&str]| -> Vec<String> {
+            list.iter().map(|b| format!("{}/{b}", p.name)).collect()
+        };
+        Reloaded {
+            pools_added: names(&self.bind),
+            pools_removed: names(&self.stop),
+            pools_changed: self.keep.iter().map(|p| p.name.to_owned()).collect(),
+            backends_added: backends(&|p| qualified(p, &p.backends_added)),
+            backends_removed: backends(&|p| qualified(p, &p.backends_removed)),
+            backends_changed: backends(&|p| qualified(p, &p.backends_changed)),
+        }
     }
 }
 
@@ -133,8 +153,8 @@ fn settings(pool: &PoolConfig) -> PoolConfig {
     }
 }
 
-/// The keys of `admin`, `log` and `state_file` that differ: they apply at
-/// the next restart.
+/// The keys of `admin`, `log`, `state_file` and `pid_file` that differ:
+/// they apply at the next restart.
 fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     let (oa, na) = (old.admin.as_ref(), new.admin.as_ref());
     let (ol, nl) = (&old.log, &new.log);
@@ -146,6 +166,7 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         ("log.format", ol.format != nl.format),
         ("log.file", ol.file != nl.file),
         ("state_file", old.state_file != new.state_file),
+        ("pid_file", old.pid_file != new.pid_file),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))

@@ -20,16 +20,19 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::pool::close::CloseReason;
-use crate::config::{AdminConfig, Config};
-use crate::ops::control::{Control, ReloadError, ReloadRequest, UpgradeRequest};
+use crate::config::{AdminConfig, Config, IpNet};
+use crate::ops::control::{Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
+use crate::runtime::log_lists::List;
 use crate::runtime::handover::protocol::Owner;
 use crate::probe::prober::Prober;
 use crate::pool::registry::Pool;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::pool::own::OwnListeners;
 use crate::net::balance::Loops;
+use crate::net::closed_log;
 use crate::net::freeze::Freezer;
 use crate::pool::saved::HealthChanges;
+use crate::runtime::pid_file;
 use crate::runtime::state_file;
 use crate::net::workers::Workers;
 use crate::ops::admin;
@@ -108,7 +111,13 @@ impl Server {
     /// # Errors
     /// The first address that cannot be bound.
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
-        Server::start(config, path, Inherited::default(), 0, 1)
+        let server = Server::start(config, path, Inherited::default(), 0, 1)?;
+        // Before ready: a supervisor that waits for the file finds it.
+        if let Some(file) = &server.config.pid_file {
+            pid_file::write(file, std::process::id())
+                .with_context(|| format!("write pid_file {}", file.display()))?;
+        }
+        Ok(server)
     }
 
     /// Bind what `inherited` does not bring, for a process of `generation`
@@ -254,14 +263,17 @@ impl Server {
             self.tracker.spawn(writer)
         });
         match heritage {
-            Some(heritage) => self.take_connections(heritage).await,
+            Some(heritage) => {
+                self.take_connections(heritage).await;
+                self.rewrite_pid_file();
+            }
             None => notify::ready(),
         }
         info!(generation = self.generation, "ready");
         tokio::pin!(shutdown);
         let handed_over = loop {
             tokio::select! {
-                () = &mut shutdown => break false,
+                () = &mut shutdown => break None,
                 Some(reply) = self.reloads.recv() => {
                     let result = self.reload(&prober);
                     // The requester may have gone away; the outcome is logged either way.
@@ -269,16 +281,16 @@ impl Server {
                 }
                 Some(reply) = self.upgrades.recv() => {
                     let result = self.upgrade().await;
-                    let done = result.is_ok();
+                    let next = result.as_ref().ok().map(|done| done.pid);
                     // The outcome is logged either way.
                     let _ = reply.send(result);
-                    if done {
-                        break true;
+                    if next.is_some() {
+                        break next;
                     }
                 }
             }
         };
-        if handed_over {
+        if handed_over.is_some() {
             // The state file is the new process's now: no last write of
             // this one's may land after its first.
             if let Some(writer) = &writer {
@@ -287,6 +299,11 @@ impl Server {
         } else {
             notify::stopping();
             info!("shutdown");
+            if let Some(file) = &self.config.pid_file
+                && let Err(err) = pid_file::remove_if_ours(file, std::process::id())
+            {
+                warn!(path = %file.display(), err = %err, "pid_file_failed");
+            }
         }
         for run in &self.pools {
             run.pool.stop(CloseReason::Shutdown);
@@ -298,6 +315,19 @@ impl Server {
             .is_err()
         {
             warn!(tasks = self.tracker.len(), "shutdown_timeout");
+        }
+        if let Some(next) = handed_over {
+            upgrade::pass_stop_on(shutdown, next);
+        }
+    }
+
+    /// The new process of an upgrade serves now: the pid file names it.
+    /// Too late to refuse the upgrade, so a failure is only logged.
+    fn rewrite_pid_file(&self) {
+        if let Some(file) = &self.config.pid_file
+            && let Err(err) = pid_file::write(file, std::process::id())
+        {
+            error!(path = %file.display(), err = %err, "pid_file_failed");
         }
     }
 
@@ -312,6 +342,7 @@ impl Server {
         prober.watch(pool);
         self.tracker.spawn(rebalance::run(pool.clone()));
         self.tracker.spawn(drain::run(pool.clone()));
+        self.tracker.spawn(closed_log::report_folded(pool.clone()));
         let (tell, first) = oneshot::channel();
         self.tracker
             .spawn(discover::run(pool.clone(), prober.clone(), tell));
@@ -320,18 +351,27 @@ impl Server {
 
     /// Re-read the config file and apply it. Everything that can fail
     /// (parsing, binding new addresses) happens before anything changes.
-    fn reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
+    fn reload(&mut self, prober: &Prober) -> Result<Reloaded, ReloadError> {
         notify::reloading();
         let result = self.try_reload(prober);
         match &result {
-            Ok(()) => info!(pools = self.pools.len(), "reloaded"),
+            Ok(c) => info!(
+                pools = self.pools.len(),
+                pools_added = %List(&c.pools_added),
+                pools_removed = %List(&c.pools_removed),
+                pools_changed = %List(&c.pools_changed),
+                backends_added = %List(&c.backends_added),
+                backends_removed = %List(&c.backends_removed),
+                backends_changed = %List(&c.backends_changed),
+                "reloaded"
+            ),
             Err(err) => error!(err = err.to_string().as_str(), "reload_failed"),
         }
         notify::ready();
         result
     }
 
-    fn try_reload(&mut self, prober: &Prober) -> Result<(), ReloadError> {
+    fn try_reload(&mut self, prober: &Prober) -> Result<Reloaded, ReloadError> {
         let path = self.path.clone().ok_or(ReloadError::NoConfigFile)?;
         let new = Config::load(&path)?;
         let (old, wanted) = reload::in_bound_terms(&self.config, &new, |name| {
@@ -340,8 +380,9 @@ impl Server {
         });
         let plan = reload::plan(&old, &wanted);
         self.apply(&plan, &new, prober)?;
+        let changes = plan.changes();
         self.config = new;
-        Ok(())
+        Ok(changes)
     }
 
     /// Apply `plan`, which turns the running config into `new`. Binding
@@ -406,7 +447,7 @@ impl Server {
         self.changes.bump();
         if !plan.restart_only.is_empty() {
             warn!(
-                keys = ?plan.restart_only,
+                keys = %List(&plan.restart_only),
                 note = "admin, log and state_file settings apply at the next restart",
                 "reload_partial"
             );

@@ -9,6 +9,7 @@ mod failures;
 mod health;
 mod load;
 mod notify;
+mod stop;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -37,6 +37,9 @@ _pin__proxy() {
             pin__proxy,release)
                 cmd="pin__proxy__subcmd__release"
                 ;;
+            pin__proxy,reload)
+                cmd="pin__proxy__subcmd__reload"
+                ;;
             pin__proxy,run)
                 cmd="pin__proxy__subcmd__run"
                 ;;
@@ -67,6 +70,9 @@ _pin__proxy() {
             pin__proxy__subcmd__help,release)
                 cmd="pin__proxy__subcmd__help__subcmd__release"
                 ;;
+            pin__proxy__subcmd__help,reload)
+                cmd="pin__proxy__subcmd__help__subcmd__reload"
+                ;;
             pin__proxy__subcmd__help,run)
                 cmd="pin__proxy__subcmd__help__subcmd__run"
                 ;;
@@ -83,7 +89,7 @@ _pin__proxy() {
 
     case "${cmd}" in
         pin__proxy)
-            opts="-c -h -V --config --help --version run check status quarantine release upgrade demo completions man help"
+            opts="-c -h -V --config --help --version run check status quarantine release reload upgrade demo completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -155,7 +161,7 @@ _pin__proxy() {
             return 0
             ;;
         pin__proxy__subcmd__help)
-            opts="run check status quarantine release upgrade demo completions man help"
+            opts="run check status quarantine release reload upgrade demo completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -266,6 +272,20 @@ _pin__proxy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pin__proxy__subcmd__help__subcmd__reload)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pin__proxy__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -353,6 +373,32 @@ _pin__proxy() {
             return 0
             ;;
         pin__proxy__subcmd__release)
+            opts="-c -h -V --admin --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --admin)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pin__proxy__subcmd__reload)
             opts="-c -h -V --admin --config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

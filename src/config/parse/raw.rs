@@ -18,13 +18,14 @@ pub(super) type PosDur = Dur<true>;
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a mapping of `admin`, `log`, `upgrade_timeout`, `state_file`, `defaults` and `pools`"
+    expecting = "a mapping of `admin`, `log`, `upgrade_timeout`, `state_file`, `pid_file`, `defaults` and `pools`"
 )]
 pub(super) struct RawFile {
     pub(super) admin: Option<RawAdmin>,
     pub(super) upgrade_timeout: Option<PosDur>,
     pub(super) log: Option<RawLog>,
     pub(super) state_file: Option<PathBuf>,
+    pub(super) pid_file: Option<PathBuf>,
     pub(super) defaults: Option<RawSettings>,
     pub(super) pools: Vec<RawPool>,
 }

@@ -495,6 +495,19 @@ fn state_file_is_a_path_to_a_file() {
 }
 
 #[test]
+fn pid_file_is_a_path_to_a_file() {
+    let c = ok(&format!("pid_file: /run/pin-proxy/pid\n{POOL}"));
+    assert_eq!(c.pid_file.as_deref(), Some(Path::new("/run/pin-proxy/pid")));
+    assert_eq!(ok(POOL).pid_file, None);
+    rejects(
+        &format!("pid_file: \"\"\n{POOL}"),
+        "pid_file",
+        "names no file",
+    );
+    rejects(&format!("pid_file: /\n{POOL}"), "pid_file", "names no file");
+}
+
+#[test]
 fn discover_entries_and_discovery_settings_are_read() {
     let c = ok(
         "defaults:\n  discovery: { interval: 10s, resolver: 127.0.0.1:5353 }\n\

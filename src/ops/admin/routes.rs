@@ -18,7 +18,7 @@ use super::origin;
 use super::page::Page;
 use super::slots::NoSlot;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
-use crate::ops::control::Control;
+use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
 use crate::pool::health::MAX_MANUAL_WINDOW;
 use crate::pool::status::BackendStatus;
@@ -440,7 +440,20 @@ fn window(query: &str) -> Result<Duration, Fail> {
 
 async fn reload(ctx: &Ctx) -> Result<Answer, Fail> {
     match ctx.control.reload().await {
-        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
+        Ok(changes) => {
+            /// `{"reloaded": true}` and what changed.
+            #[derive(Serialize)]
+            struct Done {
+                reloaded: bool,
+                #[serde(flatten)]
+                changes: Reloaded,
+            }
+            let done = Done {
+                reloaded: true,
+                changes,
+            };
+            json(StatusCode::OK, &done)
+        }
         Err(_) if ctx.token.is_cancelled() => Err(Fail::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "server is shutting down",

@@ -29,13 +29,19 @@ enum Source {
 
 impl Target {
     /// `--admin ADDR` when given, else the `admin.listen` of the config at
-    /// `config`, else [`DEFAULT_ADMIN`] (remembering why).
-    pub fn resolve(flag: Option<String>, config: &Path) -> Target {
+    /// `config`, else [`DEFAULT_ADMIN`] (remembering why). When the config
+    /// was `named` (`-c` or the environment), it must be usable and have an
+    /// `admin.listen`: falling back to the default address would act on
+    /// another instance.
+    ///
+    /// # Errors
+    /// A `named` config that is missing, invalid or has no `admin.listen`.
+    pub fn resolve(flag: Option<String>, config: &Path, named: bool) -> anyhow::Result<Target> {
         if let Some(addr) = flag {
-            return Target {
+            return Ok(Target {
                 addr,
                 source: Source::Flag,
-            };
+            });
         }
         let why = match std::fs::metadata(config) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -45,19 +51,28 @@ impl Target {
                 Ok(Config {
                     admin: Some(admin), ..
                 }) => {
-                    return Target {
+                    return Ok(Target {
                         addr: admin.listen.to_string(),
                         source: Source::Config(config.to_owned()),
-                    };
+                    });
                 }
+                Ok(_) if named => anyhow::bail!(
+                    "{} has no admin.listen: the instance it configures has no admin \
+                     endpoint; pass --admin ADDR to reach another",
+                    config.display()
+                ),
                 Ok(_) => format!("{} has no admin.listen", config.display()),
+                Err(e) if named => anyhow::bail!("{e}"),
                 Err(e) => format!("the config could not be used ({e})"),
             },
         };
-        Target {
+        if named {
+            anyhow::bail!("{why}; pass --admin ADDR, or -c the running instance's config");
+        }
+        Ok(Target {
             addr: DEFAULT_ADMIN.to_owned(),
             source: Source::Default(why),
-        }
+        })
     }
 
     /// An address given on the command line.
@@ -104,10 +119,10 @@ mod tests {
     fn the_flag_wins_then_the_config_then_the_default_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path);
+        let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
         assert_eq!((flagged.addr(), flagged.note()), ("127.0.0.1:1", String::new()));
 
-        let missing = Target::resolve(None, &path);
+        let missing = Target::resolve(None, &path, false).unwrap();
         assert_eq!(missing.addr(), DEFAULT_ADMIN);
         let note = missing.note();
         assert!(
@@ -117,20 +132,40 @@ mod tests {
         assert!(note.contains("--admin ADDR"), "{note}");
 
         std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
-        let invalid = Target::resolve(None, &path);
+        let invalid = Target::resolve(None, &path, false).unwrap();
         assert_eq!(invalid.addr(), DEFAULT_ADMIN);
         assert!(invalid.note().contains("the config could not be used ("), "{}", invalid.note());
         assert!(invalid.note().contains("config.yaml"), "{}", invalid.note());
 
         let pool = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
         std::fs::write(&path, pool).unwrap();
-        let bare = Target::resolve(None, &path);
+        let bare = Target::resolve(None, &path, false).unwrap();
         assert!(bare.note().contains("has no admin.listen"), "{}", bare.note());
 
         std::fs::write(&path, format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}")).unwrap();
-        let configured = Target::resolve(None, &path);
+        let configured = Target::resolve(None, &path, false).unwrap();
         assert_eq!(configured.addr(), "127.0.0.1:9911");
         assert_eq!(configured.note(), "");
         assert!(configured.origin().contains("admin.listen of"), "{}", configured.origin());
+    }
+
+    #[test]
+    fn a_named_config_that_cannot_be_used_is_an_error_not_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        let error = |path: &Path| match Target::resolve(None, path, true) {
+            Ok(t) => panic!("resolved to {}", t.addr()),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(error(&path).contains("no config file at"), "{}", error(&path));
+        std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
+        assert!(error(&path).contains("config.yaml"), "{}", error(&path));
+        assert!(error(&path).contains("pools[0].name"), "{}", error(&path));
+        let pool = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
+        std::fs::write(&path, pool).unwrap();
+        assert!(error(&path).contains("has no admin.listen"), "{}", error(&path));
+        // --admin needs no config at all.
+        let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
+        assert_eq!(flagged.addr(), "127.0.0.1:1");
     }
 }

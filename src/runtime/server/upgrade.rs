@@ -6,9 +6,12 @@
 //! connection back and accepts again, so either way no client notices.
 
 use std::os::fd::{AsFd, BorrowedFd};
+use std::pin::Pin;
+use std::task::{Context, Waker};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rustix::process::{Pid, Signal, kill_process};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
@@ -49,6 +52,9 @@ impl Server {
     }
 
     async fn try_upgrade(&mut self) -> Result<Upgraded, UpgradeError> {
+        if std::process::id() == 1 {
+            return Err(UpgradeError::Pid1);
+        }
         let timeout = self.config.upgrade_timeout;
         let (exe, args) = &self.exec;
         let mut next = Successor::start(exe, args, timeout).await?;
@@ -182,5 +188,25 @@ impl Server {
         }
         notify::main_pid();
         info!(connections = n, "upgrade_rolled_back");
+    }
+}
+
+/// A stop (SIGTERM, SIGINT) that came while the upgrade ran, or since,
+/// is passed on to the new process, which serves now: a supervisor that
+/// signals only the pid it started still stops the service. Looked at
+/// last, just before this process exits, so no stop is left behind.
+pub(super) fn pass_stop_on(shutdown: Pin<&mut impl Future<Output = ()>>, next: u32) {
+    let mut cx = Context::from_waker(Waker::noop());
+    if shutdown.poll(&mut cx).is_pending() {
+        return;
+    }
+    let sent = i32::try_from(next)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or(rustix::io::Errno::SRCH)
+        .and_then(|pid| kill_process(pid, Signal::TERM));
+    match sent {
+        Ok(()) => info!(pid = next, "stop_passed_on"),
+        Err(err) => error!(pid = next, err = %err, "stop_passed_on"),
     }
 }

@@ -286,15 +286,30 @@ async fn status_watch_shows_a_failed_fetch_and_keeps_trying() {
     assert_eq!(count(&lines, "trying again every second"), 2);
 }
 
+/// As [`cli`], in the working directory `dir` (whose `config.yaml` is
+/// the one read when no `-c` is given).
+async fn cli_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(binary())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("PIN_PROXY_CONFIG")
+        .env_remove("RUST_LOG")
+        .output();
+    let out = within("pin-proxy command", T, out).await.unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_says_which_config_it_looked_for_before_the_default() {
     if std::net::TcpStream::connect(admin_cli_default()).is_ok() {
         eprintln!("skipping: something answers on {}", admin_cli_default());
         return;
     }
+    // No -c: ./config.yaml, and the default address when it is missing
+    // or unusable, saying why.
     let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("none.yaml");
-    let (code, _, err) = cli(&["-c", missing.to_str().unwrap(), "status"]).await;
+    let (code, _, err) = cli_in(dir.path(), &["status"]).await;
     assert_eq!(code, Some(1), "{err}");
     let mut lines = err.lines();
     assert_eq!(
@@ -305,23 +320,82 @@ async fn status_says_which_config_it_looked_for_before_the_default() {
     );
     let note = lines.next().unwrap_or_default();
     assert!(
-        note.starts_with(&format!(
-            "note: no --admin given and no config file at {}, so 127.0.0.1:9900 was tried",
-            missing.display()
-        )),
+        note.starts_with(
+            "note: no --admin given and no config file at config.yaml, so 127.0.0.1:9900 was tried"
+        ),
         "{err}"
     );
     assert!(note.contains("--admin ADDR"), "{err}");
 
-    let invalid = dir.path().join("bad.yaml");
-    std::fs::write(&invalid, "pools: [ { name: BAD } ]\n").unwrap();
-    let (code, _, err) = cli(&["-c", invalid.to_str().unwrap(), "status"]).await;
+    std::fs::write(dir.path().join("config.yaml"), "pools: [ { name: BAD } ]\n").unwrap();
+    let (code, _, err) = cli_in(dir.path(), &["status"]).await;
     assert_eq!(code, Some(1), "{err}");
     assert!(
-        err.contains(&format!(
-            "note: no --admin given and the config could not be used ({}: pools[0]",
-            invalid.display()
-        )),
+        err.contains(
+            "note: no --admin given and the config could not be used (config.yaml: pools[0]"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_named_with_c_that_cannot_be_used_is_an_error_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none.yaml");
+    let invalid = dir.path().join("bad.yaml");
+    std::fs::write(&invalid, "pools: [ { name: BAD } ]\n").unwrap();
+    let bare = dir.path().join("bare.yaml");
+    std::fs::write(
+        &bare,
+        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n",
+    )
+    .unwrap();
+    let commands: [&[&str]; 5] = [
+        &["status"],
+        &["quarantine", "p", "a", "--for", "1m"],
+        &["release", "p", "a"],
+        &["reload"],
+        &["upgrade"],
+    ];
+    let cases = [
+        (
+            &missing,
+            format!("error: no config file at {}", missing.display()),
+        ),
+        (&invalid, format!("error: {}: pools[0]", invalid.display())),
+        (
+            &bare,
+            format!("error: {} has no admin.listen", bare.display()),
+        ),
+    ];
+    for (path, first) in &cases {
+        let path = path.to_str().unwrap();
+        for command in commands {
+            // Before the command and after it: the same.
+            for args in [
+                [&["-c", path][..], command].concat(),
+                [command, &["-c", path][..]].concat(),
+            ] {
+                let (code, out, err) = cli(&args).await;
+                assert_eq!((code, out.as_str()), (Some(1), ""), "{args:?}: {err}");
+                assert!(err.starts_with(first.as_str()), "{args:?}: {err}");
+                assert!(
+                    !err.contains("cannot reach"),
+                    "{args:?}: nothing is called: {err}"
+                );
+            }
+        }
+    }
+    // The environment names a config as -c does.
+    let out = tokio::process::Command::new(binary())
+        .arg("status")
+        .env("PIN_PROXY_CONFIG", &invalid)
+        .output();
+    let out = within("pin-proxy status", T, out).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!("error: {}: pools[0]", invalid.display())),
         "{err}"
     );
 }
