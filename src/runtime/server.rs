@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::pool::close::CloseReason;
-use crate::config::{AdminConfig, Config, IpNet};
+use crate::config::{AdminConfig, Config};
 use crate::ops::control::{Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
 use crate::runtime::log_lists::List;
 use crate::runtime::handover::protocol::Owner;
