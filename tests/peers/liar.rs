@@ -37,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 const LIAR: u64 = 2_000_000_000;
 
-/// Why a liar that serves no headers is contradicted.
-const NO_HEADERS: &str = "contradicted by its own headers: no headers above height 0 (claimed";
+/// Why a liar that serves no headers is contradicted (above genesis, or
+/// above what the honest nodes' proofs taught the proxy already).
+const NO_HEADERS: &str = "contradicted by its own headers: no headers above height";
 
 /// Healthy probes each honest backend must pass after the liar was judged.
 const MORE_PROBES: u32 = 4;
@@ -445,13 +446,15 @@ async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
     assert_untouched(&proxy, &["a"]);
     drop(proxy);
 
-    let forged = ScriptNode::start(100, headers_with_bad_work(100, 10)).await;
+    // Broken above the honest node's 40: its proof teaches the proxy the
+    // headers below, and the liar's proof starts there.
+    let forged = ScriptNode::start(100, headers_with_bad_work(100, 50)).await;
     let proxy = start(
         "bitcoin-p2p",
         &[backend("a", honest.addr()), backend("liar", forged.addr)],
     );
     let admin = admin_addr(&proxy);
-    let why = "invalid headers: header at height 10 lacks the proof of work its target asks for";
+    let why = "invalid headers: header at height 50 lacks the proof of work its target asks for";
     judged_contradicted(&proxy, "liar", &["a"], why);
     wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
     assert_contradicted(admin, "liar", why).await;
