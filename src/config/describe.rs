@@ -204,5 +204,6 @@ pub fn warnings(config: &Config) -> Vec<String> {
         ));
     }
     out.extend(state_file_warning(config));
+    out.extend(super::lag_warnings::warnings(config));
     out
 }

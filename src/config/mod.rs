@@ -8,6 +8,7 @@
 
 mod describe;
 mod discover;
+mod lag_warnings;
 pub(crate) mod local;
 mod parse;
 mod span;
