@@ -226,6 +226,7 @@ pub fn warnings(config: &Config) -> Vec<String> {
     out.extend(state_file_warning(config));
     out.extend(config.pools.iter().filter_map(stall_warning));
     out.extend(open_to_others(config));
+    out.extend(super::lag_warnings::warnings(config));
     out
 }
 

@@ -9,6 +9,7 @@
 mod describe;
 mod discover;
 pub(crate) mod files;
+mod lag_warnings;
 pub(crate) mod local;
 mod parse;
 mod span;

@@ -276,3 +276,33 @@ fn a_stall_timeout_under_the_p2p_ping_is_warned_about() {
         assert!(stdout.contains(shown), "{health}: {stdout}");
     }
 }
+
+/// A pool whose lag can never be judged (a custom `magic`, no `network`,
+/// two backends) is warned about; the same pool with a network is not.
+#[test]
+fn a_pool_that_can_never_judge_lag_is_warned_about() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, health: &str| {
+        let path = dir.path().join(name);
+        let yaml = format!(
+            "pools:\n  - name: p\n    listen: 127.0.0.1:9333\n    health: {health}\n    \
+             backends: [127.0.0.1:19335, 127.0.0.1:19336]\n"
+        );
+        std::fs::write(&path, yaml).expect("write config");
+        path
+    };
+    let out = check(&write(
+        "custom.yaml",
+        "{ probe: bitcoin-p2p, magic: 0a0b0c0d }",
+    ));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: pool p: health.magic without health.network and 2 backend(s)"),
+        "{stderr}"
+    );
+    let named = "{ probe: bitcoin-p2p, network: litecoin-regtest }";
+    let out = check(&write("named.yaml", named));
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("lag is never judged"), "{stderr}");
+}

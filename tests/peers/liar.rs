@@ -29,7 +29,7 @@ use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use pin_proxy::config::Config;
 use pin_proxy::inspect::Pool;
-use pin_proxy::inspect::{Report, Verdict};
+use pin_proxy::inspect::{Proof, Report, Verdict};
 use pin_proxy::sim::simnode::SimNode;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -37,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 const LIAR: u64 = 2_000_000_000;
 
-/// Why a liar that serves no headers is contradicted.
-const NO_HEADERS: &str = "contradicted by its own headers: no headers above height 0 (claimed";
+/// Why a liar that serves no headers is contradicted (above genesis, or
+/// above what the honest nodes' proofs taught the proxy already).
+const NO_HEADERS: &str = "contradicted by its own headers: no headers above height";
 
 /// Healthy probes each honest backend must pass after the liar was judged.
 const MORE_PROBES: u32 = 4;
@@ -445,13 +446,15 @@ async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
     assert_untouched(&proxy, &["a"]);
     drop(proxy);
 
-    let forged = ScriptNode::start(100, headers_with_bad_work(100, 10)).await;
+    // Broken above the honest node's 40: its proof teaches the proxy the
+    // headers below, and the liar's proof starts there.
+    let forged = ScriptNode::start(100, headers_with_bad_work(100, 50)).await;
     let proxy = start(
         "bitcoin-p2p",
         &[backend("a", honest.addr()), backend("liar", forged.addr)],
     );
     let admin = admin_addr(&proxy);
-    let why = "invalid headers: header at height 10 lacks the proof of work its target asks for";
+    let why = "invalid headers: header at height 50 lacks the proof of work its target asks for";
     judged_contradicted(&proxy, "liar", &["a"], why);
     wait_healthy_probes(admin, &["a"], MORE_PROBES).await;
     assert_contradicted(admin, "liar", why).await;
@@ -491,4 +494,39 @@ fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
     );
     // The next probe of the liar is asked to prove its claim.
     assert!(pool.needs_proof(liar, LIAR));
+}
+
+/// A claim its own headers contradict is `unhealthy`, saying why; one
+/// whose proof was cut short by the probe's timeout stays `unknown`.
+#[test]
+fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
+    let unreachable: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let backends = [backend("a", unreachable), backend("liar", unreachable)];
+    let yaml = config("127.0.0.1:0", "127.0.0.1:0", "bitcoin-p2p", &backends);
+    let config = Config::parse(&yaml, Path::new("liar.yaml")).unwrap();
+    let pool = Pool::new(config.pools[0].clone(), CancellationToken::new());
+    let (a, liar) = (0, 1);
+    let now = Instant::now();
+    let honest = Report::with_height(Verdict::Healthy, 20, "height 20");
+    pool.apply_probe(a, &honest, pool.epoch_of(a).unwrap(), now);
+    let claim = |proof| Report {
+        proof,
+        ..Report::with_height(Verdict::Healthy, LIAR, format!("height {LIAR}"))
+    };
+    let last = |pool: &Pool| pool.status().backends[1].last_probe.clone().unwrap();
+    let why = "headers end at height 20, below the claimed 2000000000";
+    let contradicted = claim(Proof::Contradicted(why.into()));
+    pool.apply_probe(liar, &contradicted, pool.epoch_of(liar).unwrap(), now);
+    let probe = last(&pool);
+    assert_eq!(probe.outcome, "unhealthy");
+    assert_eq!(
+        probe.detail,
+        format!("height {LIAR} contradicted by its own headers: {why}")
+    );
+    let why = "headers for height 2000000000 did not arrive in time";
+    let cut_short = claim(Proof::Unproven(why.into()));
+    pool.apply_probe(liar, &cut_short, pool.epoch_of(liar).unwrap(), now);
+    let probe = last(&pool);
+    assert_eq!(probe.outcome, "unknown");
+    assert!(probe.detail.ends_with(why), "{}", probe.detail);
 }
