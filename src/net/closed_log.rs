@@ -1,6 +1,6 @@
 //! The `closed` event, folded for a flood: a connection its client or node
-//! ended after carrying nothing or living under [`SHORT`] is one of many in
-//! a connect-and-reset flood, so per pool and reason at most `fold::LIMIT` of them are logged
+//! ended with not a byte carried either way is one of many in a
+//! connect-and-reset flood, so per pool and reason at most `fold::LIMIT` of them are logged
 //! in full per second, then one `closed` summary line (`pool`, `reason`,
 //! `suppressed`) per second while it lasts. Every other connection's
 //! `closed` line is logged in full, always.
@@ -14,9 +14,6 @@ use tracing::info;
 
 use crate::pool::close::CloseReason;
 use crate::pool::registry::Pool;
-
-/// A connection that lived less than this may be folded.
-pub const SHORT: Duration = Duration::from_secs(1);
 
 /// One connection's end, as its `closed` event shows it.
 pub struct Closed<'a> {
@@ -39,8 +36,11 @@ pub struct Closed<'a> {
 }
 
 impl Closed<'_> {
-    /// Ended by its client or node (or no node took it), having carried
-    /// nothing or lived briefly: one of a flood's many. The proxy's own
+    /// Ended by its client or node (or no node took it) with nothing
+    /// carried, however long that took (a flood fills the nodes' accept
+    /// backlogs, so its connects can take seconds): one of a flood's many.
+    /// A connection that moved a byte is a client's session and keeps its
+    /// line; the proxy's own
     /// closes (drains, rebalancing, reloads, shutdown, an operator's) are
     /// bounded by the connections it holds, and always logged.
     fn foldable(&self) -> bool {
@@ -53,7 +53,7 @@ impl Closed<'_> {
                 | CloseReason::NoBackend
                 | CloseReason::LocalResources
         );
-        by_peer && ((self.bytes_up == 0 && self.bytes_down == 0) || self.duration < SHORT)
+        by_peer && self.bytes_up == 0 && self.bytes_down == 0
     }
 }
 
@@ -73,7 +73,7 @@ pub fn closed(pool: &Pool, c: Closed<'_>) {
     let (conn, client, up, down, err) = (c.conn, c.client, c.bytes_up, c.bytes_down, c.err);
     match c.backend {
         Some(backend) => info!(
-            pool = %pool.name, backend, conn, client = %client,
+            pool = %pool.name, backend = %backend, conn, client = %client,
             bytes_up = up, bytes_down = down, duration_ms, reason, err, "closed"
         ),
         None => info!(

@@ -238,3 +238,32 @@ fn port_zero_listeners_are_recognised_in_bound_terms() {
         assert_eq!(got, want, "case: {listen}");
     }
 }
+
+#[test]
+fn changes_name_the_pools_and_backends_of_the_plan() {
+    let old = config(BASE);
+    let new = config(
+        &edit("name: q", "name: r")
+            .replace(
+                "      - { name: a, addr: 10.0.0.1:9333 }\n",
+                "      - { name: c, addr: 10.0.0.9:9333 }\n",
+            )
+            .replace(
+                "{ name: b, addr: 10.0.0.2:9333 }",
+                "{ name: b, addr: 10.0.0.2:9333, backup: true }",
+            ),
+    );
+    let names = |l: &[&str]| -> Vec<String> { l.iter().map(|s| (*s).to_owned()).collect() };
+    assert_eq!(
+        plan(&old, &new).changes(),
+        Reloaded {
+            pools_added: names(&["r"]),
+            pools_removed: names(&["q"]),
+            pools_changed: names(&["p"]),
+            backends_added: names(&["p/c"]),
+            backends_removed: names(&["p/a"]),
+            backends_changed: names(&["p/b"]),
+        }
+    );
+    assert_eq!(plan(&old, &old).changes(), Reloaded::default());
+}

@@ -12,7 +12,7 @@ mod bounds;
 #[path = "admin/browser.rs"]
 mod browser;
 #[path = "admin/cli.rs"]
-mod cli;
+pub(crate) mod cli;
 #[path = "admin/errors.rs"]
 mod errors;
 #[path = "admin/hosts.rs"]

@@ -6,21 +6,15 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::admin::cli::cli;
 use crate::support::nodes::Node;
-use crate::support::proxy::{Proxy, binary};
-use crate::support::within;
+use crate::support::proxy::Proxy;
 
 const T: Duration = Duration::from_secs(10);
 
 /// `pin-proxy reload --admin ADDR`: (exit code, stdout, stderr).
 async fn reload(admin: &str) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(binary())
-        .args(["reload", "--admin", admin])
-        .env_remove("PIN_PROXY_CONFIG")
-        .output();
-    let out = within("pin-proxy reload", T, out).await.unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+    cli(&["reload", "--admin", admin]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,15 +14,8 @@ use crate::support::proxy::binary;
 use crate::support::within;
 
 /// Run `pin-proxy args...`; (exit code, stdout, stderr).
-async fn cli(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(binary())
-        .args(args)
-        .env_remove("PIN_PROXY_CONFIG")
-        .env_remove("RUST_LOG")
-        .output();
-    let out = within("pin-proxy command", T, out).await.unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+pub(crate) async fn cli(args: &[&str]) -> (Option<i32>, String, String) {
+    cli_in(std::path::Path::new("."), args).await
 }
 
 /// The keys of a JSON object, sorted.

@@ -8,7 +8,7 @@ use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Bin, T, config, exited, upgrade, upgrade_ok, wait_exited};
+use super::{Bin, T, config, exited, upgrade_ok, wait_exited};
 use crate::faults_support::Wrapped;
 use crate::support::nodes::Node;
 use crate::support::proxy::{Proxy, binary};
