@@ -6,7 +6,9 @@
 //! The first probe runs at once; a probe whose last subscriber left stops.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -235,15 +237,19 @@ impl Prober {
         )
     }
 
-    async fn run(
-        &self,
-        key: &ProbeKey,
-        url: Option<&SecretUrl>,
-        live: &[(Arc<Pool>, BackendId, u64)],
-    ) -> Report {
+    /// One probe of `key`. Each kind's future is boxed on its own: the
+    /// probe task, alive for every backend, then carries a pointer rather
+    /// than room for the largest kind (TLS, HTTP), and a probe allocates
+    /// only what its own kind needs, while it runs.
+    fn run<'a>(
+        &'a self,
+        key: &'a ProbeKey,
+        url: Option<&'a SecretUrl>,
+        live: &'a [(Arc<Pool>, BackendId, u64)],
+    ) -> Pin<Box<dyn Future<Output = Report> + Send + 'a>> {
         let (addr, timeout) = (key.addr.as_str(), key.timeout);
         match (key.kind, url, &self.http) {
-            (ProbeKind::BitcoinP2p, _, _) => {
+            (ProbeKind::BitcoinP2p, _, _) => Box::pin(async move {
                 // A claim is proven only when some pool would act on it.
                 let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
                 let chain = self.chain(&key.network);
@@ -252,24 +258,28 @@ impl Prober {
                     wanted: &wanted,
                 });
                 p2p::probe_proving(addr, key.magic, timeout, proving).await
-            }
-            (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
-                Ok(_) => Report::new(Verdict::Healthy, "connected"),
-                Err(err) => Report::new(Verdict::Down, err.kind()),
-            },
+            }),
+            (ProbeKind::Connect, _, _) => Box::pin(async move {
+                match connect::connect(addr, timeout).await {
+                    Ok(_) => Report::new(Verdict::Healthy, "connected"),
+                    Err(err) => Report::new(Verdict::Down, err.kind()),
+                }
+            }),
             (ProbeKind::Blockbook, Some(url), Some(http)) => {
-                http.blockbook(addr, url, timeout).await
+                Box::pin(http.blockbook(addr, url, timeout))
             }
-            (ProbeKind::Http, Some(url), Some(http)) => http.http(addr, url, timeout).await,
+            (ProbeKind::Http, Some(url), Some(http)) => Box::pin(http.http(addr, url, timeout)),
             (ProbeKind::Blockbook | ProbeKind::Http, _, _) => {
-                Report::new(Verdict::Unknown, "no HTTP client")
+                Box::pin(std::future::ready(Report::new(Verdict::Unknown, "no HTTP client")))
             }
             (ProbeKind::Electrum, _, _) => {
-                electrum::probe(addr, None, pow::params(&key.network), timeout).await
+                Box::pin(electrum::probe(addr, None, pow::params(&key.network), timeout))
             }
             (ProbeKind::ElectrumTls, _, _) => match &self.tls {
-                Some(tls) => electrum::probe(addr, Some(tls), pow::params(&key.network), timeout).await,
-                None => Report::new(Verdict::Unknown, "no TLS client"),
+                Some(tls) => {
+                    Box::pin(electrum::probe(addr, Some(tls), pow::params(&key.network), timeout))
+                }
+                None => Box::pin(std::future::ready(Report::new(Verdict::Unknown, "no TLS client"))),
             },
         }
     }
