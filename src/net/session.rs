@@ -117,6 +117,7 @@ pub fn resume(
     };
     let admission = (pool.admit_carried(peer.ip()), slot);
     let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
+        pool.count_closed(None, CloseReason::BackendRemoved);
         info!(
             pool = %pool.name, backend = %name, conn, client = %peer,
             bytes_up = state.up.moved, bytes_down = state.down.moved,
@@ -196,6 +197,7 @@ impl Ends<'_> {
             drop(held);
             drop(sockets);
         }
+        pool.count_closed(Some(&target.stats), out.reason);
         let err = out.error.as_ref().map(|e| e.to_string());
         info!(
             pool = %pool.name, backend = %target.config.name, conn, client = %peer,
@@ -274,6 +276,7 @@ async fn open(
         match connect_some(pool, conn, peer, &entry, config.connect_timeout).await {
             Ok(leg) => leg,
             Err(reason) => {
+                pool.count_closed(None, reason);
                 info!(
                     pool = %pool.name, conn, client = %peer,
                     bytes_up = 0u64, bytes_down = 0u64,
