@@ -342,7 +342,9 @@ async fn refusals_closes_and_the_budget_are_counted() {
         at("pin_proxy_connection_budget").is_some_and(|b| b >= 1.0),
         "{body}"
     );
-    assert_eq!(at("pin_proxy_connection_budget_used"), Some(1.0), "{body}");
+    // Each accept loop holds a slot while it waits for its next client.
+    let used = at("pin_proxy_connection_budget_used").expect("budget used");
+    assert!(used >= 1.0, "{body}");
     let build = format!(
         "pin_proxy_build_info{{version=\"{}\",generation=\"0\"}}",
         env!("CARGO_PKG_VERSION")
@@ -361,7 +363,7 @@ async fn refusals_closes_and_the_budget_are_counted() {
     assert_eq!(sample(&body, closed), Some(1.0), "{body}");
     assert_eq!(
         sample(&body, "pin_proxy_connection_budget_used"),
-        Some(0.0),
+        Some(used - 1.0),
         "{body}"
     );
 }
