@@ -199,7 +199,7 @@ impl Families {
         );
         r.register(
             "pin_proxy_connection_budget_used",
-            "Client connections holding a slot of the connection budget",
+            "Slots of the connection budget taken: one per client connection, plus one per accept loop waiting for its next client",
             self.budget_used,
         );
         r
