@@ -165,7 +165,7 @@ fi
 if [ -z "$systemctl" ]; then
     if [ ! -d /run/systemd/system ]; then
         say "systemd is not running here (a container?): skipped systemctl;"
-        say "start it with: $prefix/bin/pin-proxy run -c /etc/pin-proxy/config.yaml"
+        say "start it as the service user: runuser -u $user -- $prefix/bin/pin-proxy run -c /etc/pin-proxy/config.yaml"
         exit 0
     fi
     systemctl=systemctl

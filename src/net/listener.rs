@@ -165,7 +165,8 @@ fn admit(
 ) {
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
-    let reject = |reason| {
+    let reject = |reason: Reject| {
+        pool.count_rejected(reason.as_str());
         let (tracker, token) = (&shared.tracker, &pool.token);
         shared
             .rejects

@@ -24,6 +24,9 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// Every reason.
+    pub const ALL: [Reject; 3] = [Reject::AllowList, Reject::MaxConnections, Reject::PerSource];
+
     /// The `reason` field.
     pub fn as_str(self) -> &'static str {
         match self {

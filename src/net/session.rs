@@ -118,6 +118,7 @@ pub fn resume(
     };
     let admission = (pool.admit_carried(peer.ip()), slot);
     let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
+        pool.count_closed(None, CloseReason::BackendRemoved);
         info!(
             pool = %pool.name, backend = %name, conn, client = %peer,
             bytes_up = state.up.moved, bytes_down = state.down.moved,
@@ -197,6 +198,7 @@ impl Ends<'_> {
             drop(held);
             drop(sockets);
         }
+        pool.count_closed(Some(&target.stats), out.reason);
         let closed = Closed {
             backend: Some(&target.config.name),
             conn,
@@ -285,6 +287,7 @@ async fn open(
         match connect_some(pool, conn, peer, &entry, config.connect_timeout).await {
             Ok(leg) => leg,
             Err(reason) => {
+                pool.count_closed(None, reason);
                 let closed = Closed {
                     backend: None,
                     conn,

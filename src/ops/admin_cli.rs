@@ -81,6 +81,18 @@ pub async fn quarantine(
         "{pool}/{backend} quarantined for {human}{until} (state: {})\n",
         answer.backend.state
     );
+    if let Some(q) = &answer.replaced {
+        out.push_str(&format!(
+            "replaced its window: {} until {}\n",
+            q.reason, q.until
+        ));
+    }
+    if let Some(n) = answer.draining_connections.filter(|&n| n > 0) {
+        out.push_str(&format!(
+            "{} will drain (closed spread over health.drain_spread; clients redial elsewhere)\n",
+            connections(n)
+        ));
+    }
     if let Some(kept) = answer.kept_connections {
         let (noun, verb) = if kept == 1 {
             ("connection", "is")
@@ -93,6 +105,12 @@ pub async fn quarantine(
         ));
     }
     Ok(out)
+}
+
+/// `1 connection`, `3 connections`.
+fn connections(n: usize) -> String {
+    let noun = if n == 1 { "connection" } else { "connections" };
+    format!("{n} {noun}")
 }
 
 /// `POST /pools/{pool}/backends/{backend}/release`.
@@ -132,8 +150,10 @@ pub async fn upgrade(admin: &Target) -> anyhow::Result<String> {
     let body = call_within(admin, Method::POST, "/upgrade", UPGRADE_REQUEST_TIMEOUT).await?;
     let done: Upgraded = decode(&body)?;
     Ok(format!(
-        "upgraded: pid {}, generation {}, {} connections handed over\n",
-        done.pid, done.generation, done.connections
+        "upgraded: pid {}, generation {}, {} handed over\n",
+        done.pid,
+        done.generation,
+        connections(done.connections)
     ))
 }
 

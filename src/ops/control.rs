@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::net::listener::BindError;
@@ -135,6 +135,17 @@ pub enum UpgradeError {
     Pid1,
 }
 
+/// The process's own figures on `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    /// Crate version.
+    pub version: &'static str,
+    /// Live upgrades since the cold start.
+    pub generation: u64,
+    /// The connection budget and the slots in use; `None` without one.
+    pub budget: Option<(usize, usize)>,
+}
+
 /// Shared, cheap to clone.
 #[derive(Clone)]
 pub struct Control {
@@ -144,6 +155,28 @@ pub struct Control {
     upgrading: Arc<AtomicBool>,
     generation: u64,
     started: Instant,
+    budget: Option<Budget>,
+}
+
+/// The process's connection budget (`connection_budget` at start): how many
+/// client connections its open-file limit lets it hold, and the slots taken.
+#[derive(Clone)]
+pub struct Budget {
+    slots: Arc<Semaphore>,
+    total: usize,
+}
+
+impl Budget {
+    /// `total` slots, handed out by `slots`.
+    pub fn new(slots: Arc<Semaphore>, total: usize) -> Budget {
+        Budget { slots, total }
+    }
+
+    /// The budget and how much of it is in use now.
+    pub fn figures(&self) -> (usize, usize) {
+        let free = self.slots.available_permits();
+        (self.total, self.total.saturating_sub(free))
+    }
 }
 
 impl Control {
@@ -162,6 +195,24 @@ impl Control {
             upgrading: Arc::default(),
             generation,
             started: Instant::now(),
+            budget: None,
+        }
+    }
+
+    /// The handle, reporting `budget` on `/metrics`.
+    pub fn with_budget(self, budget: Budget) -> Control {
+        Control {
+            budget: Some(budget),
+            ..self
+        }
+    }
+
+    /// What `/metrics` reports of the process itself.
+    pub fn process(&self) -> Process {
+        Process {
+            version: env!("CARGO_PKG_VERSION"),
+            generation: self.generation,
+            budget: self.budget.as_ref().map(Budget::figures),
         }
     }
 

@@ -4,7 +4,9 @@
 //! The registry is rebuilt on every scrape from each pool's overview
 //! snapshot, so a backend removed by a reload disappears and one added
 //! appears, and every configured backend's counters are present (at 0)
-//! from start-up.
+//! from start-up. Beside them, the figures an HAProxy operator looks for:
+//! refused clients by reason, ended connections by backend and reason, the
+//! build, and the connection budget with its use.
 
 use std::sync::Arc;
 
@@ -15,9 +17,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::net::reject_fold::Reject;
+use crate::ops::control::Process;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
+use crate::pool::tally::Ends;
 
 /// `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -61,6 +66,18 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolReasonLabels {
+    pool: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    generation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     pool: String,
     backend: String,
@@ -82,6 +99,13 @@ struct Families {
     quarantines: Family<ReasonLabels, Counter>,
     discovered: Family<EntryLabels, Gauge>,
     lookups: Family<LookupLabels, Counter>,
+    rejected: Family<PoolReasonLabels, Counter>,
+    closed: Family<ReasonLabels, Counter>,
+    pool_connections: Family<PoolLabels, Gauge>,
+    pool_limit: Family<PoolLabels, Gauge>,
+    build: Family<BuildLabels, Gauge>,
+    budget: Gauge,
+    budget_used: Gauge,
 }
 
 impl Families {
@@ -142,6 +166,42 @@ impl Families {
             "DNS lookups of a discover entry by outcome (ok, failed) since it was configured, across live upgrades",
             self.lookups,
         );
+        r.register(
+            "pin_proxy_rejected",
+            "Clients refused at accept by reason (allow_list, max_connections, per_source) since start",
+            self.rejected,
+        );
+        r.register(
+            "pin_proxy_closed",
+            "Client connections ended, by backend and the reason of their closed event, since start; \
+             backend is empty for those that reached none",
+            self.closed,
+        );
+        r.register(
+            "pin_proxy_pool_connections",
+            "Client connections the pool holds, counted against its max_connections",
+            self.pool_connections,
+        );
+        r.register(
+            "pin_proxy_pool_max_connections",
+            "The pool's max_connections",
+            self.pool_limit,
+        );
+        r.register(
+            "pin_proxy_build_info",
+            "Always 1; the running version and generation (live upgrades since the cold start)",
+            self.build,
+        );
+        r.register(
+            "pin_proxy_connection_budget",
+            "Client connections the open-file limit lets the process hold at once; accepting pauses beyond it",
+            self.budget,
+        );
+        r.register(
+            "pin_proxy_connection_budget_used",
+            "Slots of the connection budget taken: one per client connection, plus one per accept loop waiting for its next client",
+            self.budget_used,
+        );
         r
     }
 }
@@ -153,8 +213,17 @@ impl Families {
 /// # Errors
 /// Only if the encoder fails to write into the string (it does not in
 /// practice); surfaced rather than unwrapped.
-pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
+pub fn render(pools: &[Arc<Pool>], process: &Process) -> Result<String, std::fmt::Error> {
     let families = Families::default();
+    let build = BuildLabels {
+        version: process.version,
+        generation: process.generation.to_string(),
+    };
+    families.build.get_or_create(&build).set(1);
+    if let Some((total, used)) = process.budget {
+        families.budget.set(saturate(total as u64));
+        families.budget_used.set(saturate(used as u64));
+    }
     for pool in pools {
         let snap = pool.overview();
         let pool_labels = PoolLabels {
@@ -164,6 +233,15 @@ pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
             .rebalance_moves
             .get_or_create(&pool_labels)
             .inc_by(snap.rebalance_moves);
+        families
+            .pool_connections
+            .get_or_create(&pool_labels)
+            .set(saturate(snap.clients as u64));
+        families
+            .pool_limit
+            .get_or_create(&pool_labels)
+            .set(saturate(pool.config().max_connections as u64));
+        add_ends(&families, &snap.name, &pool.ends());
         for b in &snap.backends {
             add(&families, &snap, b);
         }
@@ -189,6 +267,35 @@ pub fn render(pools: &[Arc<Pool>]) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     prometheus_text::encode(&mut out, &families.register())?;
     Ok(out)
+}
+
+/// Add one pool's refused clients (every reason, at 0 too) and ended
+/// connections to the families.
+fn add_ends(f: &Families, pool: &str, ends: &Ends) {
+    for reason in Reject::ALL {
+        let labels = PoolReasonLabels {
+            pool: pool.to_owned(),
+            reason: reason.as_str(),
+        };
+        f.rejected.get_or_create(&labels).inc_by(0);
+    }
+    for (&reason, &n) in &ends.rejected {
+        let labels = PoolReasonLabels {
+            pool: pool.to_owned(),
+            reason,
+        };
+        f.rejected.get_or_create(&labels).inc_by(n);
+    }
+    for (backend, reasons) in &ends.closed {
+        for &(reason, n) in reasons {
+            let labels = ReasonLabels {
+                pool: pool.to_owned(),
+                backend: backend.clone(),
+                reason: reason.as_str(),
+            };
+            f.closed.get_or_create(&labels).inc_by(n);
+        }
+    }
 }
 
 /// Add one backend's figures to the families.
@@ -249,7 +356,16 @@ fn saturate(n: u64) -> i64 {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::pool::close::CloseReason;
     use tokio_util::sync::CancellationToken;
+
+    fn process() -> Process {
+        Process {
+            version: "9.9.9",
+            generation: 2,
+            budget: Some((9861, 3)),
+        }
+    }
 
     fn pool() -> Arc<Pool> {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n      - { name: \"a\\\"b\", addr: 127.0.0.1:1 }\n      - 127.0.0.1:2\n";
@@ -260,7 +376,7 @@ mod tests {
 
     #[test]
     fn counters_are_named_as_the_contract_and_present_at_zero() {
-        let text = render(&[pool()]).expect("render");
+        let text = render(&[pool()], &process()).expect("render");
         for name in [
             "pin_proxy_connections_total{",
             "pin_proxy_connect_failures_total{",
@@ -282,6 +398,28 @@ mod tests {
     }
 
     #[test]
+    fn refusals_ends_build_and_budget_are_reported() {
+        let pool = pool();
+        pool.count_rejected(Reject::MaxConnections.as_str());
+        pool.count_closed(None, CloseReason::NoBackend);
+        let text = render(&[pool], &process()).expect("render");
+        for line in [
+            "pin_proxy_rejected_total{pool=\"p\",reason=\"max_connections\"} 1",
+            "pin_proxy_rejected_total{pool=\"p\",reason=\"allow_list\"} 0",
+            "pin_proxy_rejected_total{pool=\"p\",reason=\"per_source\"} 0",
+            "pin_proxy_closed_total{pool=\"p\",backend=\"\",reason=\"no_backend\"} 1",
+            "pin_proxy_closed_total{pool=\"p\",backend=\"127.0.0.1:2\",reason=\"client_closed\"} 0",
+            "pin_proxy_pool_connections{pool=\"p\"} 0",
+            "pin_proxy_pool_max_connections{pool=\"p\"} 1024",
+            "pin_proxy_build_info{version=\"9.9.9\",generation=\"2\"} 1",
+            "pin_proxy_connection_budget 9861",
+            "pin_proxy_connection_budget_used 3",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
     fn discover_entries_count_members_and_lookups() {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n      - { name: ltc, discover: \"n.test:1\" }\n";
         let config = Config::parse(yaml, std::path::Path::new("t.yaml")).expect("valid");
@@ -293,7 +431,7 @@ mod tests {
             lower_priority: false,
         };
         pool.apply_lookup("ltc", vec![found], tokio::time::Instant::now());
-        let text = render(&[pool]).expect("render");
+        let text = render(&[pool], &process()).expect("render");
         for line in [
             "pin_proxy_discovered_members{pool=\"p\",name=\"ltc\"} 1",
             "pin_proxy_discovery_lookups_total{pool=\"p\",name=\"ltc\",outcome=\"ok\"} 1",

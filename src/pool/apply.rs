@@ -16,6 +16,7 @@ use crate::config::{PoolConfig, ProbeKind};
 use crate::pool::admission::source_of;
 use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
 use crate::pool::lag::{self, Claim, Judgement, Own, Rule};
+use crate::pool::lag_detail;
 use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::registry::{Backend, BackendId, Pool, ProbeRecord};
 use crate::pool::saved::kept;
@@ -23,12 +24,26 @@ use crate::pool::stall;
 
 /// A manual command named a backend the pool does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("pool {pool} has no backend {backend}")]
+#[error("pool {pool} has no backend {backend}; it has {}", names(.known))]
 pub struct UnknownBackend {
     /// The pool.
     pub pool: String,
     /// The name asked for.
     pub backend: String,
+    /// The names it has, in config order.
+    pub known: Vec<String>,
+}
+
+/// Names listed in an [`UnknownBackend`] error, at most this many.
+const NAMES_SHOWN: usize = 20;
+
+/// `a, b, c`, or the first [`NAMES_SHOWN`] and how many more.
+fn names(known: &[String]) -> String {
+    match known.len() {
+        0 => "none".to_owned(),
+        n if n <= NAMES_SHOWN => known.join(", "),
+        n => format!("{} and {} more", known[..NAMES_SHOWN].join(", "), n - NAMES_SHOWN),
+    }
 }
 
 /// The heights of `backends` other than `except` that the lag rule weighs:
@@ -225,7 +240,11 @@ impl Pool {
     pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
         let config = self.config();
         let mut backends = self.backends();
-        let others = claims(&backends, backend);
+        // Only a height is weighed against the others' (a walk over them all).
+        let others = match report.height {
+            Some(_) => claims(&backends, backend),
+            None => Vec::new(),
+        };
         let stall = config.health.stall_timeout.and_then(|timeout| {
             stall::sample(&mut backends, now);
             stall::stalled(&backends, backend, now, timeout, config.health.stall_rule)
@@ -265,7 +284,10 @@ impl Pool {
                 .height
                 .map(|h| (h, lag::judge(h, own(&report.proof), &others, rule)))
             {
-                Some((_, Judgement::Lagging { .. })) => ProbeOutcome::Lagging,
+                Some((h, Judgement::Lagging { reference })) => {
+                    detail = Some(lag_detail::lagging(h, reference, max_lag));
+                    ProbeOutcome::Lagging
+                }
                 Some((h, Judgement::Unproven { lowest_other })) => {
                     detail = Some(unproven(h, lowest_other, max_lag, &report.proof));
                     ProbeOutcome::Unknown
@@ -362,13 +384,14 @@ impl Pool {
         backends: &'a mut [Backend],
         name: &str,
     ) -> Result<&'a mut Backend, UnknownBackend> {
-        backends
-            .iter_mut()
-            .find(|b| b.config.name == name)
-            .ok_or_else(|| UnknownBackend {
+        let Some(i) = backends.iter().position(|b| b.config.name == name) else {
+            return Err(UnknownBackend {
                 pool: self.name.clone(),
                 backend: name.to_owned(),
-            })
+                known: backends.iter().map(|b| b.config.name.clone()).collect(),
+            });
+        };
+        Ok(&mut backends[i])
     }
 
     /// Log an effect and count it; true if it changed usability.

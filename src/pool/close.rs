@@ -43,7 +43,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in discriminant order (the first is 1).
-    const ALL: [CloseReason; 13] = [
+    pub const ALL: [CloseReason; 13] = [
         CloseReason::ClientClosed,
         CloseReason::BackendClosed,
         CloseReason::ClientError,
@@ -76,6 +76,11 @@ impl CloseReason {
             CloseReason::LocalResources => "local_resources",
             CloseReason::Handover => "handover",
         }
+    }
+
+    /// Its position in [`CloseReason::ALL`], for per-reason counters.
+    pub fn index(self) -> usize {
+        usize::from(self as u8 - 1)
     }
 
     /// True when the backend ended the connection (cleanly or not).

@@ -10,7 +10,7 @@
 //! its health record. Membership changes go through the same path as a
 //! reload ([`Pool::set_members`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -109,6 +109,19 @@ pub(in crate::pool) fn wanted(config: &PoolConfig, sources: &[Source]) -> Vec<Ba
         out.extend(source.members.values().map(|(f, ..)| entry.member(f)));
     }
     out
+}
+
+/// When each member that successful answers left out is removed (at the
+/// end of `hold`), by backend name.
+pub(in crate::pool) fn leaving(sources: &[Source], hold: Duration) -> HashMap<String, Instant> {
+    sources
+        .iter()
+        .flat_map(|s| {
+            s.members.values().filter_map(move |(found, _, missing)| {
+                Some((s.config.member(found).name, (*missing)? + hold))
+            })
+        })
+        .collect()
 }
 
 /// The sources `config` asks for, keeping what `old` found for an entry

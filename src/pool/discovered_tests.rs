@@ -247,3 +247,23 @@ async fn a_dns_outage_does_not_count_toward_hold() {
     time::advance(Duration::from_millis(1)).await;
     assert_eq!(pool.apply_lookup("ltc", vec![found(2)], Instant::now()).unwrap().removed, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_member_left_out_shows_when_it_leaves() {
+    let pool = pool();
+    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
+    time::advance(Duration::from_secs(2)).await;
+    pool.apply_lookup("ltc", vec![found(2)], Instant::now());
+    let wall = SystemTime::now();
+    let status = pool.status();
+    let by = |name: &str| status.backends.iter().find(|b| b.name == name).unwrap().clone();
+    assert_eq!(by("ltc/127.0.0.2:9333").leaving_at, None);
+    assert_eq!(by("s").leaving_at, None);
+    let at = by("ltc/127.0.0.3:9333").leaving_at.expect("leaving");
+    let at = humantime::parse_rfc3339(&at).unwrap();
+    let left = at.duration_since(wall).unwrap_or_default();
+    assert!(left > HOLD - Duration::from_secs(2) && left <= HOLD, "{left:?}");
+    // Named again: it stays.
+    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
+    assert_eq!(pool.status().backends.iter().find(|b| b.name == "ltc/127.0.0.3:9333").unwrap().leaving_at, None);
+}

@@ -41,6 +41,7 @@ use crate::pool::saved::HealthChanges;
 use crate::pool::select::{self, Candidate};
 use crate::pool::stall::Traffic;
 use crate::pool::own::OwnListeners;
+use crate::pool::tally::Tally;
 
 /// Process-wide connection id, as logged in `conn`.
 pub type ConnId = u64;
@@ -67,6 +68,8 @@ pub struct BackendStats {
     pub probes: [AtomicU64; ProbeOutcome::ALL.len()],
     /// Quarantines by reason, at [`QuarantineReason::index`].
     pub quarantines: [AtomicU64; QuarantineReason::ALL.len()],
+    /// Connections that ended, by reason, at [`CloseReason::index`].
+    pub closed: [AtomicU64; CloseReason::ALL.len()],
 }
 
 /// The last probe of a backend, as `/status` shows it.
@@ -163,6 +166,8 @@ pub struct Pool {
     pub(in crate::pool) sources: Mutex<HashMap<IpAddr, usize>>,
     /// Connections moved by the rebalancer.
     pub(in crate::pool) rebalance_moves: AtomicU64,
+    /// Rejected clients and connection ends, for `/metrics`.
+    pub(in crate::pool) tally: Tally,
     /// Cancelled when the pool stops (shutdown or removal by reload).
     pub token: CancellationToken,
     /// Set by [`Pool::stop`]: the reason every connection closes with.
@@ -208,6 +213,7 @@ impl Pool {
             clients: AtomicUsize::new(0),
             sources: Mutex::default(),
             rebalance_moves: AtomicU64::new(0),
+            tally: Tally::default(),
             token,
             stopped: OnceLock::new(),
             own: Arc::default(),
@@ -505,7 +511,14 @@ impl Pool {
 
     /// The backend with id `id`, if it is still configured.
     pub(in crate::pool) fn find(backends: &mut [Backend], id: BackendId) -> Option<&mut Backend> {
-        backends.iter_mut().find(|b| b.id == id)
+        // Ids are handed out in config order, so a backend usually sits at
+        // its id: every probe and its window checks find theirs without a
+        // walk through a pool of thousands.
+        let at = usize::try_from(id).ok().filter(|&i| backends.get(i).is_some_and(|b| b.id == id));
+        match at {
+            Some(i) => backends.get_mut(i),
+            None => backends.iter_mut().find(|b| b.id == id),
+        }
     }
 
     fn unregister(&self, backend: BackendId, conn: ConnId) {

@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::pool::discovered;
 use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
 use crate::pool::registry::{Backend, BackendStats, ConnEntry, ConnId, Pool, ProbeRecord};
 
@@ -62,6 +63,10 @@ pub struct BackendSnapshot {
     /// The discover entry that found it; `None` for a static backend.
     #[serde(default)]
     pub discovered_from: Option<String>,
+    /// A discovered member that answers leave out: when `discovery.hold`
+    /// ends and it is removed, unless an answer names it again.
+    #[serde(default)]
+    pub leaving_at: Option<SystemTime>,
     /// Where it stands.
     pub state: State,
     /// The quarantine, while it lasts (window or waiting for probes).
@@ -208,9 +213,16 @@ impl Pool {
     fn take_snapshot(&self, with_conns: bool) -> PoolSnapshot {
         let (now, wall) = (Instant::now(), SystemTime::now());
         let m = self.backends();
+        let leaving = discovered::leaving(&m.sources, self.config().discovery.hold);
         let backends = m
             .iter()
-            .map(|b| BackendSnapshot::of(b, with_conns, now, wall))
+            .map(|b| {
+                let mut snap = BackendSnapshot::of(b, with_conns, now, wall);
+                if let Some(&at) = leaving.get(&snap.name).filter(|_| snap.discovered_from.is_some()) {
+                    snap.leaving_at = Some(wall_time(at, now, wall));
+                }
+                snap
+            })
             .collect();
         let discovery = m
             .sources
@@ -253,6 +265,7 @@ impl BackendSnapshot {
             addr: b.config.addr.clone(),
             backup: b.config.backup,
             discovered_from: b.config.discovered_from.clone(),
+            leaving_at: None,
             state: h.state(),
             quarantine: h.quarantine.map(|q| QuarantineSnapshot {
                 until: wall_time(q.until, now, wall),

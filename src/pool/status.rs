@@ -78,6 +78,11 @@ pub struct BackendStatus {
     /// The discover entry that found it; `None` for a static backend.
     #[serde(default)]
     pub discovered_from: Option<String>,
+    /// A discovered member that DNS answers leave out: when it is removed
+    /// (the end of `discovery.hold`), RFC 3339 UTC, unless named again.
+    /// Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaving_at: Option<String>,
     /// `healthy`, `unknown`, `lagging`, `unhealthy`, `down` or `quarantined`.
     pub state: String,
     /// Live client connections.
@@ -163,6 +168,7 @@ impl From<&BackendSnapshot> for BackendStatus {
             addr: b.addr.clone(),
             backup: b.backup,
             discovered_from: b.discovered_from.clone(),
+            leaving_at: b.leaving_at.map(rfc3339),
             state: b.state.as_str().to_owned(),
             connections: b.connections,
             height: b.height,

@@ -6,7 +6,9 @@
 //! The first probe runs at once; a probe whose last subscriber left stops.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -235,44 +237,51 @@ impl Prober {
         )
     }
 
-    async fn run(
-        &self,
-        key: &ProbeKey,
-        url: Option<&SecretUrl>,
-        live: &[(Arc<Pool>, BackendId, u64)],
-    ) -> Report {
-        let (addr, timeout) = (key.addr.as_str(), key.timeout);
-        // A claim is proven only when some pool would act on it.
-        let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
-        let chain = self.chain(&key.network);
-        let proving = chain.as_deref().map(|chain| Proving {
-            chain,
-            wanted: &wanted,
-        });
-        let params = pow::params(&key.network);
-        match (key.kind, url, &self.http) {
-            (ProbeKind::BitcoinP2p, _, _) => {
-                p2p::probe_proving(addr, key.magic, timeout, proving).await
+    /// One probe of `key`, boxed: the probe task, alive for every
+    /// backend, then carries a pointer rather than room for the largest
+    /// kind (TLS, HTTP, a header proof); the room is taken only while a
+    /// probe runs.
+    fn run<'a>(
+        &'a self,
+        key: &'a ProbeKey,
+        url: Option<&'a SecretUrl>,
+        live: &'a [(Arc<Pool>, BackendId, u64)],
+    ) -> Pin<Box<dyn Future<Output = Report> + Send + 'a>> {
+        Box::pin(async move {
+            let (addr, timeout) = (key.addr.as_str(), key.timeout);
+            // A claim is proven only when some pool would act on it.
+            let wanted =
+                |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
+            let chain = self.chain(&key.network);
+            let proving = chain.as_deref().map(|chain| Proving {
+                chain,
+                wanted: &wanted,
+            });
+            let params = pow::params(&key.network);
+            match (key.kind, url, &self.http) {
+                (ProbeKind::BitcoinP2p, _, _) => {
+                    p2p::probe_proving(addr, key.magic, timeout, proving).await
+                }
+                (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
+                    Ok(_) => Report::new(Verdict::Healthy, "connected"),
+                    Err(err) => Report::new(Verdict::Down, err.kind()),
+                },
+                (ProbeKind::Blockbook, Some(url), Some(http)) => {
+                    http.blockbook(addr, url, timeout).await
+                }
+                (ProbeKind::Http, Some(url), Some(http)) => http.http(addr, url, timeout).await,
+                (ProbeKind::Blockbook | ProbeKind::Http, _, _) => {
+                    Report::new(Verdict::Unknown, "no HTTP client")
+                }
+                (ProbeKind::Electrum, _, _) => {
+                    electrum::probe(addr, None, params, proving, timeout).await
+                }
+                (ProbeKind::ElectrumTls, _, _) => match &self.tls {
+                    Some(tls) => electrum::probe(addr, Some(tls), params, proving, timeout).await,
+                    None => Report::new(Verdict::Unknown, "no TLS client"),
+                },
             }
-            (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
-                Ok(_) => Report::new(Verdict::Healthy, "connected"),
-                Err(err) => Report::new(Verdict::Down, err.kind()),
-            },
-            (ProbeKind::Blockbook, Some(url), Some(http)) => {
-                http.blockbook(addr, url, timeout).await
-            }
-            (ProbeKind::Http, Some(url), Some(http)) => http.http(addr, url, timeout).await,
-            (ProbeKind::Blockbook | ProbeKind::Http, _, _) => {
-                Report::new(Verdict::Unknown, "no HTTP client")
-            }
-            (ProbeKind::Electrum, _, _) => {
-                electrum::probe(addr, None, params, proving, timeout).await
-            }
-            (ProbeKind::ElectrumTls, _, _) => match &self.tls {
-                Some(tls) => electrum::probe(addr, Some(tls), params, proving, timeout).await,
-                None => Report::new(Verdict::Unknown, "no TLS client"),
-            },
-        }
+        })
     }
 }
 

@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 
 use crate::pool::close::CloseReason;
 use crate::config::{AdminConfig, Config};
-use crate::ops::control::{Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
+use crate::ops::control::{Budget, Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
 use crate::runtime::log_lists::List;
 use crate::runtime::handover::protocol::Owner;
 use crate::probe::prober::Prober;
@@ -172,7 +172,9 @@ impl Server {
         let (reload_tx, reloads) = mpsc::channel(4);
         let (upgrade_tx, upgrades) = mpsc::channel(1);
         let pool_list = pools.iter().map(|p| p.pool.clone()).collect();
-        let control = Control::new(pool_list, reload_tx, upgrade_tx, generation);
+        let slots = Arc::new(Semaphore::new(budget));
+        let control = Control::new(pool_list, reload_tx, upgrade_tx, generation)
+            .with_budget(Budget::new(slots.clone(), budget));
         let tracker = TaskTracker::new();
         let exec = (
             std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
@@ -186,7 +188,7 @@ impl Server {
             shared: listener::Shared {
                 conn_ids: Arc::new(AtomicU64::new(next_conn)),
                 tracker: tracker.clone(),
-                slots: Arc::new(Semaphore::new(budget)),
+                slots,
                 rejects: Arc::default(),
                 freezer: Freezer::default(),
                 loops: Loops::new(workers.handles()),
@@ -235,9 +237,9 @@ impl Server {
     async fn serve(mut self, shutdown: impl Future<Output = ()>, heritage: Option<Heritage>) {
         let prober = Prober::new(self.tracker.clone(), self.root.clone());
         let firsts: Vec<_> = (0..self.pools.len())
-            .map(|i| self.start_tasks(i, &prober))
+            .filter_map(|i| self.start_tasks(i, &prober))
             .collect();
-        if heritage.is_none() {
+        if heritage.is_none() && !firsts.is_empty() {
             // Discovered members before the first client, within a bound:
             // a DNS outage at start-up delays serving, never stops it.
             let all = all_done(firsts);
@@ -333,9 +335,13 @@ impl Server {
 
     /// Start pool `i`'s probes, clocks and discovery (not its accept
     /// loops); the receiver is told when its first lookups are done.
-    fn start_tasks(&mut self, i: usize, prober: &Prober) -> oneshot::Receiver<()> {
+    /// Start pool `i`'s tasks; `Some` tells when its first lookups are
+    /// done, for a pool with discover entries (one without has none to
+    /// wait for, whatever its size).
+    fn start_tasks(&mut self, i: usize, prober: &Prober) -> Option<oneshot::Receiver<()>> {
         let pool = self.pools[i].pool.clone();
-        self.spawn_pool_tasks(&pool, prober)
+        let first = self.spawn_pool_tasks(&pool, prober);
+        (!pool.config().discover.is_empty()).then_some(first)
     }
 
     fn spawn_pool_tasks(&self, pool: &Arc<Pool>, prober: &Prober) -> oneshot::Receiver<()> {
@@ -453,5 +459,26 @@ impl Server {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cold start waits for the first lookups of pools that discover,
+    /// and of no other: a big static pool never reads as slow DNS.
+    #[tokio::test]
+    async fn only_pools_that_discover_hold_up_the_start() {
+        let yaml = "pools:\n  - name: fixed\n    listen: 127.0.0.1:0\n    \
+                    backends: [127.0.0.1:1]\n  - name: found\n    listen: 127.0.0.1:0\n    \
+                    discovery: { resolver: \"127.0.0.1:1\" }\n    \
+                    backends: [{ name: n, discover: \"nodes.invalid:1\" }]\n";
+        let config = Config::parse(yaml, "t.yaml".as_ref()).expect("valid");
+        let mut server = Server::bind(config).expect("bound");
+        let prober = Prober::new(server.tracker.clone(), server.root.clone());
+        assert!(server.start_tasks(0, &prober).is_none(), "nothing to look up");
+        assert!(server.start_tasks(1, &prober).is_some(), "its first lookups");
+        server.root.cancel();
     }
 }

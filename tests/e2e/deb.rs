@@ -136,6 +136,18 @@ fn package_holds_every_file_with_its_mode_and_owner() {
             "./usr/share/fish/vendor_completions.d/pin-proxy.fish",
             "-rw-r--r--",
         ),
+        (
+            "./usr/share/doc/pin-proxy/examples/config.litecoin-p2p.yaml",
+            "-rw-r--r--",
+        ),
+        (
+            "./usr/share/doc/pin-proxy/examples/config.blockbook.yaml",
+            "-rw-r--r--",
+        ),
+        (
+            "./usr/share/doc/pin-proxy/examples/config.electrum.yaml",
+            "-rw-r--r--",
+        ),
     ] {
         let found = listed(&listing, path);
         assert_eq!(found, Some((mode, "0/0")), "{path} in:\n{listing}");

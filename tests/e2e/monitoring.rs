@@ -15,8 +15,12 @@ use std::time::Duration;
 use pin_proxy::sim::simnode::SimNode;
 use serde_json::Value;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
 use crate::admin::http::request;
 use crate::support::litecoind::peers_available;
+use crate::support::nodes::{Node, echo_client, refused_addr};
 use crate::support::proxy::Proxy;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -89,7 +93,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 }
 
 /// The metrics README.md lists under "Metrics".
-const METRICS: [&str; 11] = [
+const METRICS: [&str; 18] = [
     "pin_proxy_active_connections",
     "pin_proxy_connections_total",
     "pin_proxy_connect_failures_total",
@@ -101,6 +105,21 @@ const METRICS: [&str; 11] = [
     "pin_proxy_quarantines_total",
     "pin_proxy_discovered_members",
     "pin_proxy_discovery_lookups_total",
+    "pin_proxy_rejected_total",
+    "pin_proxy_closed_total",
+    "pin_proxy_pool_connections",
+    "pin_proxy_pool_max_connections",
+    "pin_proxy_build_info",
+    "pin_proxy_connection_budget",
+    "pin_proxy_connection_budget_used",
+];
+
+/// Metrics of the process, not of a pool: their queries have no `pool`
+/// filter.
+const PROCESS_METRICS: [&str; 3] = [
+    "pin_proxy_build_info",
+    "pin_proxy_connection_budget",
+    "pin_proxy_connection_budget_used",
 ];
 
 #[test]
@@ -131,8 +150,13 @@ fn dashboard_imports_anywhere_and_shows_every_metric() {
         for t in targets {
             let expr = t["expr"].as_str().expect("expr");
             assert!(ds(&t["datasource"]), "{title}");
-            assert!(expr.contains("pool=~\"$pool\""), "{title}: {expr}");
-            shown.extend(metric_names(expr));
+            let names = metric_names(expr);
+            let of_process = names.iter().all(|n| PROCESS_METRICS.contains(&n.as_str()));
+            assert!(
+                of_process || expr.contains("pool=~\"$pool\""),
+                "{title}: {expr}"
+            );
+            shown.extend(names);
         }
     }
     for metric in METRICS {
@@ -251,5 +275,95 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served() {
     assert!(
         missing.is_empty(),
         "not served: {missing:?}; served: {names:?}"
+    );
+}
+
+/// The value of the sample `series` (name and labels as served) in `body`.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Every refused client is counted by pool and reason, every closed
+/// connection by pool, backend and reason (whether its line was logged or
+/// folded), and the connection budget shows the clients holding a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_closes_and_the_budget_are_counted() {
+    let node = Node::echo().await;
+    let yaml = format!(
+        "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+         max_connections: 1\n    backends:\n      - {{ name: e, addr: \"{}\" }}\n  \
+         - name: shut\n    listen: 127.0.0.1:0\n    allow: [10.0.0.0/8]\n    \
+         backends: [\"{}\"]\n",
+        node.addr,
+        refused_addr()
+    );
+    let proxy = Proxy::start(&yaml).await;
+    let mut held = echo_client(proxy.addr("p")).await;
+    held.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    held.read_exact(&mut back).await.unwrap();
+    // The pool is full: refused, max_connections.
+    let mut extra = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(extra.read(&mut buf).await.unwrap_or(0), 0);
+    // Outside `allow`: refused, allow_list.
+    let mut outside = TcpStream::connect(proxy.addr("shut")).await.unwrap();
+    assert_eq!(outside.read(&mut buf).await.unwrap_or(0), 0);
+    let body = request(proxy.admin(), "GET", "/metrics").await.body;
+    let at = |series: &str| sample(&body, series);
+    assert_eq!(
+        at(r#"pin_proxy_rejected_total{pool="p",reason="max_connections"}"#),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        at(r#"pin_proxy_rejected_total{pool="shut",reason="allow_list"}"#),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        at(r#"pin_proxy_rejected_total{pool="p",reason="per_source"}"#),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(
+        at(r#"pin_proxy_pool_connections{pool="p"}"#),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        at(r#"pin_proxy_pool_max_connections{pool="p"}"#),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(
+        at("pin_proxy_connection_budget").is_some_and(|b| b >= 1.0),
+        "{body}"
+    );
+    // Each accept loop holds a slot while it waits for its next client.
+    let used = at("pin_proxy_connection_budget_used").expect("budget used");
+    assert!(used >= 1.0, "{body}");
+    let build = format!(
+        "pin_proxy_build_info{{version=\"{}\",generation=\"0\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(at(&build), Some(1.0), "{body}");
+
+    drop(held);
+    proxy
+        .wait_event(
+            |e| e["message"] == "closed" && e["pool"] == "p",
+            Duration::from_secs(10),
+        )
+        .await;
+    let body = request(proxy.admin(), "GET", "/metrics").await.body;
+    let closed = r#"pin_proxy_closed_total{pool="p",backend="e",reason="client_closed"}"#;
+    assert_eq!(sample(&body, closed), Some(1.0), "{body}");
+    assert_eq!(
+        sample(&body, "pin_proxy_connection_budget_used"),
+        Some(used - 1.0),
+        "{body}"
     );
 }

@@ -21,7 +21,7 @@ use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
 use crate::pool::health::MAX_MANUAL_WINDOW;
-use crate::pool::status::BackendStatus;
+use crate::pool::status::{BackendStatus, QuarantineStatus};
 
 /// Largest request body accepted (bodies are ignored, but must end).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -64,6 +64,14 @@ pub struct BackendAnswer {
     /// kept by the last-leg rule (drained once another backend is usable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_connections: Option<usize>,
+    /// For a quarantine: the connections it drains (spread over
+    /// `health.drain_spread`), none of them kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining_connections: Option<usize>,
+    /// For a quarantine: the window it replaced, when the backend was
+    /// quarantined already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<QuarantineStatus>,
 }
 
 /// An error answer's body.
@@ -365,7 +373,7 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
         AdminRequest::Page => Ok(ctx.page.answer()),
         AdminRequest::Status => json(StatusCode::OK, &ctx.control.status()),
         AdminRequest::Metrics => {
-            let text = metrics::render(&ctx.control.pools()).map_err(|_| {
+            let text = metrics::render(&ctx.control.pools(), &ctx.control.process()).map_err(|_| {
                 Fail::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed")
             })?;
             Ok(answer(StatusCode::OK, metrics::CONTENT_TYPE, text.into()))
@@ -379,9 +387,14 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
             window,
         } => {
             let p = find_pool(ctx, &pool)?;
+            let before = p.status().backends.into_iter().find(|b| b.name == backend);
             let kept = p.quarantine(&backend, window).map_err(not_found)?;
             let mut answer = backend_answer(ctx, pool, &backend)?;
             answer.kept_connections = (kept > 0).then_some(kept);
+            if let Some(before) = before {
+                answer.draining_connections = Some(before.connections.saturating_sub(kept));
+                answer.replaced = before.quarantine;
+            }
             json(StatusCode::OK, &answer)
         }
         AdminRequest::Release { pool, backend } => {
@@ -497,6 +510,8 @@ fn backend_answer(ctx: &Ctx, pool: String, backend: &str) -> Result<BackendAnswe
         backend: status,
         released: None,
         kept_connections: None,
+        draining_connections: None,
+        replaced: None,
     })
 }
 

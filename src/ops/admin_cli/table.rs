@@ -5,18 +5,19 @@ use std::time::{Duration, SystemTime};
 
 use crate::pool::status::{BackendStatus, PoolStatus, Status};
 
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 9] = [
     "BACKEND",
     "STATE",
     "CONNS",
     "HEIGHT",
+    "LAG",
     "QUARANTINE",
     "LAST PROBE",
     "BYTES UP",
     "BYTES DOWN",
 ];
 /// Columns aligned right (numbers).
-const RIGHT: [bool; 8] = [false, false, true, true, false, false, true, true];
+const RIGHT: [bool; 9] = [false, false, true, true, true, false, false, true, true];
 
 /// `status` as text, with ages and remaining windows relative to `now`.
 pub fn render(status: &Status, now: SystemTime) -> String {
@@ -45,7 +46,8 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
         pool.connections
     );
     let mut rows = vec![HEADER.map(str::to_owned)];
-    rows.extend(pool.backends.iter().map(|b| row(b, pool, now)));
+    let best = best_height(pool);
+    rows.extend(pool.backends.iter().map(|b| row(b, pool, best, now)));
     let widths: Vec<usize> = (0..HEADER.len())
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
@@ -82,7 +84,27 @@ fn ago(at: &str, now: SystemTime) -> String {
     parse(at).map_or_else(|| at.to_owned(), |at| age(at, now))
 }
 
-fn row(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> [String; 8] {
+/// The highest height among the pool's usable backends outside a
+/// quarantine: what the LAG column counts from (as the status page does).
+fn best_height(pool: &PoolStatus) -> Option<u64> {
+    pool.backends
+        .iter()
+        .filter(|b| matches!(b.state.as_str(), "healthy" | "unknown") && b.quarantine.is_none())
+        .filter_map(|b| b.height)
+        .max()
+}
+
+/// How far `height` trails `best`: `9`, `0`, `2 ahead`, `-` when either
+/// is unknown.
+fn lag(height: Option<u64>, best: Option<u64>) -> String {
+    match (height, best) {
+        (Some(h), Some(best)) if h > best => format!("{} ahead", h - best),
+        (Some(h), Some(best)) => (best - h).to_string(),
+        _ => "-".to_owned(),
+    }
+}
+
+fn row(b: &BackendStatus, pool: &PoolStatus, best: Option<u64>, now: SystemTime) -> [String; 9] {
     let name = if b.backup {
         format!("{} (backup)", b.name)
     } else {
@@ -103,11 +125,17 @@ fn row(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> [String; 8] {
             None => p.outcome.clone(),
         },
     );
+    let mut state = state(b, pool, now);
+    if let Some(at) = &b.leaving_at {
+        // Writing to a String cannot fail.
+        let _ = write!(state, ", leaving at {at} (not in DNS answers)");
+    }
     [
         name,
-        state(b, pool, now),
+        state,
         b.connections.to_string(),
         b.height.map_or_else(|| "-".to_owned(), |h| h.to_string()),
+        lag(b.height, best),
         quarantine,
         probe,
         bytes(b.bytes_up),
@@ -117,7 +145,8 @@ fn row(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> [String; 8] {
 
 /// The state with the transition under way, if any: a bad verdict that
 /// has not reached `fall` yet, or a window that is over while the probes
-/// that bring the backend back are awaited.
+/// that bring the backend back are awaited, or a lagging backend whose
+/// probes find it caught up while its window runs.
 fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
     match &b.quarantine {
         Some(q) if parse(&q.until).is_some_and(|until| until <= now) => {
@@ -138,6 +167,7 @@ fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
             }
             text
         }
+        Some(q) if caught_up(b) => format!("{}, caught up, returns at {}", b.state, q.until),
         None if b.bad_probes > 0 => {
             let of = if pool.fall > 0 {
                 format!(" of {}", pool.fall)
@@ -153,6 +183,13 @@ fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
         }
         _ => b.state.clone(),
     }
+}
+
+/// Quarantined for lagging, and the last probe passed: it has caught up and
+/// waits out its window.
+fn caught_up(b: &BackendStatus) -> bool {
+    let passed = b.last_probe.as_ref().is_some_and(|p| p.outcome == "healthy");
+    passed && b.quarantine.as_ref().is_some_and(|q| q.reason == "lagging")
 }
 
 fn parse(rfc3339: &str) -> Option<SystemTime> {
@@ -194,6 +231,7 @@ mod tests {
             addr: "127.0.0.1:1".to_owned(),
             backup: false,
             discovered_from: None,
+            leaving_at: None,
             state: "healthy".to_owned(),
             connections: 12,
             height: Some(2_700_000),
@@ -332,6 +370,50 @@ mod tests {
         assert!(!row.contains("0s left"), "{row}");
         let row = text.lines().find(|l| l.trim_start().starts_with("held ")).unwrap();
         assert!(row.contains("(4m 30s left)"), "{row}");
+    }
+
+    #[test]
+    fn lag_counts_from_the_best_usable_height_and_a_caught_up_backend_says_so() {
+        let now = humantime::parse_rfc3339("2026-01-01T00:00:30Z").unwrap();
+        let mut a = backend("a");
+        a.height = Some(21);
+        let mut behind = quarantined("behind", "lagging", "lagging", "2026-01-01T00:05:00Z");
+        behind.height = Some(12);
+        behind.last_probe.as_mut().unwrap().outcome = "lagging".to_owned();
+        let mut caught = quarantined("caught", "lagging", "lagging", "2026-01-01T00:05:00Z");
+        caught.height = Some(21);
+        let mut ahead = backend("ahead");
+        ahead.state = "unknown".to_owned();
+        ahead.height = Some(23);
+        let mut none = backend("none");
+        none.height = None;
+        let p = pool(2, 1, vec![a, behind, caught, ahead, none]);
+        assert_eq!(state(&p.backends[1], &p, now), "lagging");
+        assert_eq!(
+            state(&p.backends[2], &p, now),
+            "lagging, caught up, returns at 2026-01-01T00:05:00Z"
+        );
+        let mut p = p;
+        p.backends[0].leaving_at = Some("2026-01-01T00:04:00Z".to_owned());
+        let text = render_pool(p, now);
+        let a = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
+        assert!(
+            a.contains("healthy, leaving at 2026-01-01T00:04:00Z (not in DNS answers)"),
+            "{a}"
+        );
+        let header = text.lines().nth(1).unwrap();
+        assert!(header.contains("HEIGHT  LAG  QUARANTINE"), "{header}");
+        let cells = |name: &str| -> Vec<String> {
+            let line = text.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap();
+            line.split("  ").map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect()
+        };
+        // Counted from 23, the unknown one's: usable and not quarantined.
+        assert_eq!(cells("a")[4], "2", "{text}");
+        assert_eq!(cells("behind")[4], "11", "{text}");
+        assert_eq!(cells("ahead")[4], "0", "{text}");
+        assert_eq!(cells("none")[3], "-", "{text}");
+        assert_eq!(cells("none")[4], "-", "{text}");
+        assert_eq!(lag(Some(25), Some(21)), "4 ahead");
     }
 
     fn render_pool(pool: PoolStatus, now: SystemTime) -> String {

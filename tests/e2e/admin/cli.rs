@@ -106,7 +106,7 @@ async fn quarantine_and_release_commands_change_the_state() {
 
     let (code, _, err) = cli(&["release", "p", "nope", "--admin", &addr]).await;
     assert_eq!(code, Some(1));
-    assert_eq!(err.trim(), "error: pool p has no backend nope");
+    assert_eq!(err.trim(), "error: pool p has no backend nope; it has a, b");
 }
 
 /// Quarantining the last usable backend: the command and the log say its
@@ -131,6 +131,8 @@ async fn quarantining_the_last_usable_backend_says_its_connections_are_kept() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.starts_with("p/a quarantined for 100d until "), "{out}");
     assert!(!out.contains("last leg"), "b is usable, a drains:\n{out}");
+    assert!(out.contains("\n1 connection will drain"), "{out}");
+    assert!(!out.contains("replaced"), "{out}");
 
     let (code, out, err) = cli(&["quarantine", "p", "b", "--for", "10m", "--admin", &addr]).await;
     assert_eq!(code, Some(0), "{err}");
@@ -151,6 +153,16 @@ async fn quarantining_the_last_usable_backend_says_its_connections_are_kept() {
     let kept = request(admin, "POST", "/pools/p/backends/b/quarantine?for=10m").await;
     let kept: Value = serde_json::from_str(&kept.body).unwrap();
     assert_eq!(kept["kept_connections"], 1, "{kept}");
+    assert_eq!(kept["draining_connections"], 0, "{kept}");
+    assert_eq!(kept["replaced"]["reason"], "manual", "{kept}");
+
+    let (code, out, err) = cli(&["quarantine", "p", "a", "--for", "5m", "--admin", &addr]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("\nreplaced its window: manual until "),
+        "{out}"
+    );
+    assert!(!out.contains("will drain"), "a has none left:\n{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

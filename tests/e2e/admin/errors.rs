@@ -17,12 +17,12 @@ async fn unknown_pool_backend_or_path_is_404_with_a_json_error() {
         ("/pools/nope/backends/a/quarantine?for=1m", "no pool nope"),
         (
             "/pools/p/backends/nope/quarantine?for=1m",
-            "pool p has no backend nope",
+            "pool p has no backend nope; it has a, b",
         ),
         ("/pools/nope/backends/a/release", "no pool nope"),
         (
             "/pools/p/backends/nope/release",
-            "pool p has no backend nope",
+            "pool p has no backend nope; it has a, b",
         ),
     ];
     for (path, want) in cases {

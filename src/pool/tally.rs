@@ -1,0 +1,111 @@
+//! What a pool counts beyond its backends' figures: clients turned away at
+//! accept (by reason), and how connections ended (by backend and reason),
+//! for `/metrics`. Every end is counted here, whether its `closed` line was
+//! logged or folded.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::pool::close::CloseReason;
+use crate::pool::registry::{BackendStats, Pool};
+
+/// The pool's own counters.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Clients refused at accept, by reason (the `rejected` event's).
+    rejected: Mutex<BTreeMap<&'static str, u64>>,
+    /// Connections that ended without a backend (every connect failed,
+    /// no descriptor, its backend gone before it resumed), at
+    /// [`CloseReason::index`].
+    unplaced: [AtomicU64; CloseReason::ALL.len()],
+}
+
+/// How a pool's connections ended, copied out for `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ends {
+    /// Clients refused at accept, per reason (only reasons that occurred).
+    pub rejected: BTreeMap<&'static str, u64>,
+    /// Per backend name (`""`: none was reached), the closed connections
+    /// per reason, every reason listed.
+    pub closed: Vec<(String, Vec<(CloseReason, u64)>)>,
+}
+
+fn per_reason(counts: &[AtomicU64; CloseReason::ALL.len()]) -> Vec<(CloseReason, u64)> {
+    CloseReason::ALL
+        .iter()
+        .map(|&r| (r, counts[r.index()].load(Ordering::Relaxed)))
+        .collect()
+}
+
+impl Pool {
+    /// A client was refused at accept for `reason` (the `rejected` event's).
+    pub fn count_rejected(&self, reason: &'static str) {
+        let mut rejected = self
+            .tally
+            .rejected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *rejected.entry(reason).or_default() += 1;
+    }
+
+    /// A connection ended for `reason`, on the backend whose counters are
+    /// `stats`, or before it reached one (`None`).
+    pub fn count_closed(&self, stats: Option<&BackendStats>, reason: CloseReason) {
+        let counts = stats.map_or(&self.tally.unplaced, |s| &s.closed);
+        counts[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The rejects and ends so far, each configured backend's included
+    /// (at 0 when none ended).
+    pub fn ends(&self) -> Ends {
+        let rejected = self
+            .tally
+            .rejected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut closed = vec![(String::new(), per_reason(&self.tally.unplaced))];
+        let backends = self.backends();
+        closed.extend(
+            backends
+                .iter()
+                .map(|b| (b.config.name.clone(), per_reason(&b.stats.closed))),
+        );
+        Ends { rejected, closed }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use tokio_util::sync::CancellationToken;
+
+    #[test]
+    fn ends_are_counted_per_backend_and_reason_and_rejects_per_reason() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [127.0.0.1:1, 127.0.0.1:2]\n";
+        let c = Config::parse(yaml, "t.yaml".as_ref()).unwrap();
+        let pool = Pool::new(c.pools[0].clone(), CancellationToken::new());
+        let stats = pool.backends()[1].stats.clone();
+        pool.count_closed(Some(&stats), CloseReason::ClientClosed);
+        pool.count_closed(Some(&stats), CloseReason::ClientClosed);
+        pool.count_closed(None, CloseReason::NoBackend);
+        pool.count_rejected("max_connections");
+        let ends = pool.ends();
+        assert_eq!(ends.rejected, BTreeMap::from([("max_connections", 1)]));
+        let count = |backend: &str, reason| {
+            let (_, reasons) = ends.closed.iter().find(|(b, _)| b == backend).unwrap();
+            reasons.iter().find(|(r, _)| *r == reason).unwrap().1
+        };
+        assert_eq!(count("127.0.0.1:2", CloseReason::ClientClosed), 2);
+        assert_eq!(count("127.0.0.1:1", CloseReason::ClientClosed), 0);
+        assert_eq!(count("", CloseReason::NoBackend), 1);
+        assert_eq!(ends.closed.len(), 3);
+        assert!(
+            ends.closed
+                .iter()
+                .all(|(_, r)| r.len() == CloseReason::ALL.len())
+        );
+    }
+}
