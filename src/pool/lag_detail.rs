@@ -19,7 +19,7 @@ mod tests {
     use crate::config::Config;
     use crate::pool::health::ProbeOutcome;
     use crate::pool::registry::{BackendId, Pool};
-    use crate::pool::report::{Report, Verdict};
+    use crate::pool::report::{Proof, Report, Verdict};
 
     fn pool() -> Arc<Pool> {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
@@ -35,12 +35,16 @@ mod tests {
         targets.into_iter().find(|(_, c)| c.name == name).unwrap().0
     }
 
-    /// A passing probe of `name` that read `height`; the recorded outcome
-    /// and detail.
+    /// A passing probe of `name` that read and proved `height` (a pool that
+    /// proves heights judges lag only between proven ones); the recorded
+    /// outcome and detail.
     fn probe(pool: &Pool, name: &str, height: u64) -> (ProbeOutcome, String) {
         let b = id(pool, name);
         let epoch = pool.epoch_of(b).unwrap();
-        let report = Report::with_height(Verdict::Healthy, height, format!("height {height}"));
+        let report = Report {
+            proof: Proof::Proven,
+            ..Report::with_height(Verdict::Healthy, height, format!("height {height}"))
+        };
         pool.apply_probe(b, &report, epoch, Instant::now());
         let snap = pool.overview();
         let p = snap.backends.iter().find(|x| x.name == name).unwrap();
