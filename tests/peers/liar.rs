@@ -461,17 +461,23 @@ async fn liar_with_headers_that_stop_short_or_lack_work_is_not_counted() {
     assert_untouched(&proxy, &["a"]);
 }
 
+/// An in-process `bitcoin-p2p` pool of `a` and `liar` (ids 0 and 1) whose
+/// probes the test applies itself.
+fn honest_and_liar() -> Pool {
+    let unreachable: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let backends = [backend("a", unreachable), backend("liar", unreachable)];
+    let yaml = config("127.0.0.1:0", "127.0.0.1:0", "bitcoin-p2p", &backends);
+    let config = Config::parse(&yaml, Path::new("liar.yaml")).unwrap();
+    Pool::new(config.pools[0].clone(), CancellationToken::new())
+}
+
 /// A `bitcoin-p2p` probe asks `needs_proof` when the node's version
 /// arrives; if another backend's first height is applied between that and
 /// the probe's own result, the claim is judged unproven with no headers
 /// asked for. Its detail says so, and the next probe asks for them.
 #[test]
 fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
-    let unreachable: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let backends = [backend("a", unreachable), backend("liar", unreachable)];
-    let yaml = config("127.0.0.1:0", "127.0.0.1:0", "bitcoin-p2p", &backends);
-    let config = Config::parse(&yaml, Path::new("liar.yaml")).unwrap();
-    let pool = Pool::new(config.pools[0].clone(), CancellationToken::new());
+    let pool = honest_and_liar();
     let (a, liar) = (0, 1);
     // The liar's version arrives while `a` has no height: no proof wanted.
     assert!(!pool.needs_proof(liar, LIAR));
@@ -500,11 +506,7 @@ fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
 /// whose proof was cut short by the probe's timeout stays `unknown`.
 #[test]
 fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
-    let unreachable: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let backends = [backend("a", unreachable), backend("liar", unreachable)];
-    let yaml = config("127.0.0.1:0", "127.0.0.1:0", "bitcoin-p2p", &backends);
-    let config = Config::parse(&yaml, Path::new("liar.yaml")).unwrap();
-    let pool = Pool::new(config.pools[0].clone(), CancellationToken::new());
+    let pool = honest_and_liar();
     let (a, liar) = (0, 1);
     let now = Instant::now();
     let honest = Report::with_height(Verdict::Healthy, 20, "height 20");
