@@ -41,9 +41,8 @@ async fn clients_accepted_on_one_loop_are_served_on_both() {
         return;
     }
     let backend = echo_backend().await;
-    let yaml = format!(
-        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [ \"{backend}\" ]\n"
-    );
+    let yaml =
+        format!("pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [ \"{backend}\" ]\n");
     let config = Config::parse(&yaml, "inline.yaml".as_ref()).unwrap();
     let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
     let workers = Workers::start(2).unwrap();
@@ -78,8 +77,16 @@ async fn clients_accepted_on_one_loop_are_served_on_both() {
         clients.push(c);
     }
     let loads = loops.loads();
-    let took: Vec<usize> = loads.iter().zip(&base).map(|(now, was)| now - was).collect();
-    assert_eq!(took.iter().sum::<usize>(), CLIENTS, "one task per client: {took:?}");
+    let took: Vec<usize> = loads
+        .iter()
+        .zip(&base)
+        .map(|(now, was)| now - was)
+        .collect();
+    assert_eq!(
+        took.iter().sum::<usize>(),
+        CLIENTS,
+        "one task per client: {took:?}"
+    );
     let (first, second) = (took[0], took[1]);
     assert!(
         first.abs_diff(second) <= SLACK + 1,

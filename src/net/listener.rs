@@ -14,13 +14,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
-use crate::pool::admission::Refused;
-use crate::pool::registry::Pool;
 use crate::net::balance::Loops;
-use crate::net::reject_fold::{Reject, RejectLog};
 use crate::net::freeze::Freezer;
+use crate::net::reject_fold::{Reject, RejectLog};
 use crate::net::session;
 use crate::net::sockopt;
+use crate::pool::admission::Refused;
+use crate::pool::registry::Pool;
 
 /// A listen address (a pool's or the admin endpoint's) could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,11 @@ pub struct BindError {
 }
 
 impl BindError {
-    pub(crate) fn new(owner: impl Into<String>, addr: SocketAddr, source: std::io::Error) -> BindError {
+    pub(crate) fn new(
+        owner: impl Into<String>,
+        addr: SocketAddr,
+        source: std::io::Error,
+    ) -> BindError {
         BindError {
             owner: owner.into(),
             addr,

@@ -109,8 +109,8 @@ fn summary(pool: &str, reason: Reject, suppressed: u64) {
 mod tests {
     use super::*;
     use crate::pool::fold::{Hit, LIMIT, WINDOW};
-    use std::time::Duration;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -14,12 +14,12 @@ use tracing::{debug, info, warn};
 use crate::net::closed_log::{self, Closed};
 use crate::net::connect::{self, ConnectError};
 use crate::net::freeze::{ConnMeta, Freezer, Frozen};
-use crate::net::splice::SpliceState;
-use crate::pool::close::{CloseReason, Closer};
-use crate::pool::admission::Admission;
-use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 use crate::net::sockopt;
 use crate::net::splice;
+use crate::net::splice::SpliceState;
+use crate::pool::admission::Admission;
+use crate::pool::close::{CloseReason, Closer};
+use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 
 /// Serve one accepted client until it closes, or until a live upgrade
 /// takes it (then its sockets go to `freezer`, open).
@@ -140,8 +140,14 @@ pub fn resume(
             }
         };
         let idle_timeout = pool.config().idle_timeout;
-        let mut spliced =
-            splice::resume(&client, &backend, &target.stats, idle_timeout, &closer, state);
+        let mut spliced = splice::resume(
+            &client,
+            &backend,
+            &target.stats,
+            idle_timeout,
+            &closer,
+            state,
+        );
         let out = (&mut spliced).await;
         let frozen = (out.reason == CloseReason::Handover).then(|| spliced.freeze());
         let ends = Ends {
@@ -228,7 +234,9 @@ impl Ends<'_> {
                 backend: self.target.config.name.clone(),
                 addr: self.target.config.addr.clone(),
                 peer: self.peer,
-                started: SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH),
+                started: SystemTime::now()
+                    .checked_sub(age)
+                    .unwrap_or(SystemTime::UNIX_EPOCH),
                 splice,
             },
             client: client.into_std().map_err(|e| e.to_string())?,

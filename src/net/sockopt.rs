@@ -94,7 +94,10 @@ pub fn bind_std(
 mod tests {
     use super::*;
 
-    fn bind(addr: SocketAddr, keepalive: Option<&KeepaliveConfig>) -> io::Result<tokio::net::TcpListener> {
+    fn bind(
+        addr: SocketAddr,
+        keepalive: Option<&KeepaliveConfig>,
+    ) -> io::Result<tokio::net::TcpListener> {
         tokio::net::TcpListener::from_std(bind_std(addr, keepalive, false)?)
     }
 

@@ -46,10 +46,10 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::pool::close::{CloseReason, Closer};
-use crate::pool::registry::BackendStats;
 use crate::net::pipe::{self, Pipe};
 use crate::net::sockopt;
+use crate::pool::close::{CloseReason, Closer};
+use crate::pool::registry::BackendStats;
 
 /// Bytes moved per read/write while a direction is busy.
 pub const CHUNK: usize = 32 * 1024;
@@ -82,7 +82,14 @@ pub fn splice<'a>(
     idle_timeout: Option<Duration>,
     closer: &'a Closer,
 ) -> Splice<'a> {
-    resume(client, backend, stats, idle_timeout, closer, SpliceState::default())
+    resume(
+        client,
+        backend,
+        stats,
+        idle_timeout,
+        closer,
+        SpliceState::default(),
+    )
 }
 
 /// Splice from where `state` says an earlier splice of the same two

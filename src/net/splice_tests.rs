@@ -75,7 +75,11 @@ async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
         let mut got = vec![0u8; LEN];
         client.read_exact(&mut got).await.unwrap();
         let mut tail = [0u8; 1];
-        assert_eq!(client.read(&mut tail).await.unwrap(), 0, "EOF after the data");
+        assert_eq!(
+            client.read(&mut tail).await.unwrap(),
+            0,
+            "EOF after the data"
+        );
         client.write_all(b"bye").await.unwrap();
         client.shutdown().await.unwrap();
         got
@@ -83,7 +87,10 @@ async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
     let (out, got) = tokio::join!(resumed, reader);
     assert!(got == data, "the client got every byte once, in order");
     assert_eq!(out.reason, CloseReason::BackendClosed);
-    assert_eq!(out.bytes_down, LEN as u64, "the count went on from {before}");
+    assert_eq!(
+        out.bytes_down, LEN as u64,
+        "the count went on from {before}"
+    );
     assert_eq!(closer.bytes_down.load(Ordering::Relaxed), LEN as u64);
     assert_eq!(stats.bytes_down.load(Ordering::Relaxed), LEN as u64);
     // The last FIN goes out as the session drops the sockets.
@@ -175,8 +182,12 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
     // The client's side takes little (its buffers can no longer grow to
     // swallow all 8 MiB): with the client not reading, the bytes soon
     // wait in the pipe.
-    socket2::SockRef::from(&client).set_recv_buffer_size(16 * 1024).unwrap();
-    socket2::SockRef::from(&proxy_client).set_send_buffer_size(16 * 1024).unwrap();
+    socket2::SockRef::from(&client)
+        .set_recv_buffer_size(16 * 1024)
+        .unwrap();
+    socket2::SockRef::from(&proxy_client)
+        .set_send_buffer_size(16 * 1024)
+        .unwrap();
     until_queued(&proxy_backend, 2 * CHUNK).await;
     let stats = BackendStats::default();
     let closer = Closer::new();
@@ -196,7 +207,11 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
     let reader = async {
         let mut got = vec![0u8; LEN];
         client.read_exact(&mut got).await.unwrap();
-        assert_eq!(client.read(&mut [0u8; 1]).await.unwrap(), 0, "EOF after the data");
+        assert_eq!(
+            client.read(&mut [0u8; 1]).await.unwrap(),
+            0,
+            "EOF after the data"
+        );
         client.shutdown().await.unwrap();
         got
     };
@@ -232,8 +247,14 @@ async fn a_quiet_direction_gives_its_pipe_back() {
     }
     let mut node = writer.await.unwrap();
     assert!(got == data);
-    assert!(pipe::lent_here() > lent_before, "4 MiB in one go went through a pipe");
-    drive_until(&mut spliced, "the pipe given back", |s| s.down.pipe.is_none()).await;
+    assert!(
+        pipe::lent_here() > lent_before,
+        "4 MiB in one go went through a pipe"
+    );
+    drive_until(&mut spliced, "the pipe given back", |s| {
+        s.down.pipe.is_none()
+    })
+    .await;
     // Small messages copy; they take no pipe.
     node.write_all(b"ping").await.unwrap();
     let mut four = [0u8; 4];
@@ -265,9 +286,14 @@ fn segs_out(sock: &TcpStream) -> Option<u32> {
         }
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(&local.to_string()), "ss did not list the socket: {text:?}");
+    assert!(
+        text.contains(&local.to_string()),
+        "ss did not list the socket: {text:?}"
+    );
     // ss leaves out a count of 0.
-    let field = text.split_whitespace().find_map(|f| f.strip_prefix("segs_out:"));
+    let field = text
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("segs_out:"));
     Some(field.map_or(0, |n| n.parse().unwrap()))
 }
 
@@ -276,7 +302,12 @@ fn segs_out(sock: &TcpStream) -> Option<u32> {
 /// answered and closed at once.
 async fn until_seen_closed(sock: &TcpStream) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !sock.ready(Interest::READABLE).await.unwrap().is_read_closed() {
+    while !sock
+        .ready(Interest::READABLE)
+        .await
+        .unwrap()
+        .is_read_closed()
+    {
         assert!(Instant::now() < deadline, "the close was never seen");
         tokio::task::yield_now().await;
     }
@@ -320,7 +351,9 @@ async fn bytes_before_a_reset_are_forwarded_and_the_reset_is_an_error() {
     let (proxy_backend, node) = pair(false).await;
     let node = node.into_std().unwrap();
     std::io::Write::write_all(&mut &node, b"partial").unwrap();
-    socket2::SockRef::from(&node).set_linger(Some(Duration::ZERO)).unwrap();
+    socket2::SockRef::from(&node)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
     drop(node);
     until_seen_closed(&proxy_backend).await;
     let stats = BackendStats::default();

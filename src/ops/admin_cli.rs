@@ -46,7 +46,10 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 pub async fn status(admin: &Target, json: bool) -> anyhow::Result<String> {
     let body = call(admin, Method::GET, "/status").await?;
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) else {
-        return Err(not_admin(admin, "answered /status with something that is not JSON"));
+        return Err(not_admin(
+            admin,
+            "answered /status with something that is not JSON",
+        ));
     };
     if json {
         return Ok(serde_json::to_string_pretty(&value)? + "\n");

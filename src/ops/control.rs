@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::net::listener::BindError;
 use crate::config::ConfigError;
+use crate::net::listener::BindError;
 use crate::pool::registry::Pool;
 use crate::pool::status::Status;
 

@@ -305,14 +305,16 @@ fn add(f: &Families, pool: &PoolSnapshot, b: &BackendSnapshot) {
         backend: b.name.clone(),
     };
     let c = &b.counters;
-    f.active.get_or_create(l).set(saturate(b.connections as u64));
-    f.usable.get_or_create(l).set(i64::from(b.state.is_usable()));
+    f.active
+        .get_or_create(l)
+        .set(saturate(b.connections as u64));
+    f.usable
+        .get_or_create(l)
+        .set(i64::from(b.state.is_usable()));
     if let Some(h) = b.height {
         f.height.get_or_create(l).set(saturate(h));
     }
-    f.connections
-        .get_or_create(l)
-        .inc_by(c.connections_total);
+    f.connections.get_or_create(l).inc_by(c.connections_total);
     f.connect_failures
         .get_or_create(l)
         .inc_by(c.connect_failures_total);
@@ -394,7 +396,10 @@ mod tests {
         assert!(!text.contains("pin_proxy_backend_height{"), "{text}");
         // Label values are escaped by the encoder.
         assert!(text.contains(r#"backend="a\"b""#), "{text}");
-        assert!(!text.contains("pin_proxy_discovered_members"), "no entry, no family");
+        assert!(
+            !text.contains("pin_proxy_discovered_members"),
+            "no entry, no family"
+        );
     }
 
     #[test]

@@ -153,9 +153,15 @@ mod tests {
         let pool = pool("    max_connections_per_source: 2\n");
         let a = pool.admit_from(ip("10.0.0.1")).unwrap();
         let _b = pool.admit_from(ip("10.0.0.1")).unwrap();
-        assert_eq!(pool.admit_from(ip("10.0.0.1")).unwrap_err(), Refused::PerSource);
+        assert_eq!(
+            pool.admit_from(ip("10.0.0.1")).unwrap_err(),
+            Refused::PerSource
+        );
         // The mapped form is the same client.
-        assert_eq!(pool.admit_from(ip("::ffff:10.0.0.1")).unwrap_err(), Refused::PerSource);
+        assert_eq!(
+            pool.admit_from(ip("::ffff:10.0.0.1")).unwrap_err(),
+            Refused::PerSource
+        );
         let _c = pool.admit_from(ip("10.0.0.2")).unwrap();
         assert_eq!(pool.clients(), 3, "a refusal takes no place");
         drop(a);
@@ -167,15 +173,23 @@ mod tests {
     fn ipv6_clients_count_by_their_64() {
         let pool = pool("    max_connections_per_source: 1\n");
         let _a = pool.admit_from(ip("2001:db8:1:2::1")).unwrap();
-        assert_eq!(pool.admit_from(ip("2001:db8:1:2:ffff::9")).unwrap_err(), Refused::PerSource);
+        assert_eq!(
+            pool.admit_from(ip("2001:db8:1:2:ffff::9")).unwrap_err(),
+            Refused::PerSource
+        );
         let _b = pool.admit_from(ip("2001:db8:1:3::1")).unwrap();
     }
 
     #[test]
     fn the_pool_limit_comes_first_and_no_limit_counts_nothing() {
         let pool = pool("");
-        let held: Vec<_> = (0..5).map(|_| pool.admit_from(ip("10.0.0.1")).unwrap()).collect();
-        assert_eq!(pool.admit_from(ip("10.0.0.9")).unwrap_err(), Refused::MaxConnections);
+        let held: Vec<_> = (0..5)
+            .map(|_| pool.admit_from(ip("10.0.0.1")).unwrap())
+            .collect();
+        assert_eq!(
+            pool.admit_from(ip("10.0.0.9")).unwrap_err(),
+            Refused::MaxConnections
+        );
         assert_eq!(pool.clients_from(ip("10.0.0.1")), 0);
         drop(held);
         assert_eq!(pool.clients(), 0);
@@ -185,6 +199,9 @@ mod tests {
     fn carried_clients_count_toward_their_source() {
         let pool = pool("    max_connections_per_source: 1\n");
         let _carried = pool.admit_carried(ip("10.0.0.1"));
-        assert_eq!(pool.admit_from(ip("10.0.0.1")).unwrap_err(), Refused::PerSource);
+        assert_eq!(
+            pool.admit_from(ip("10.0.0.1")).unwrap_err(),
+            Refused::PerSource
+        );
     }
 }

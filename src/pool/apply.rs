@@ -17,8 +17,8 @@ use crate::pool::admission::source_of;
 use crate::pool::health::{Effect, Policy, ProbeOutcome, QuarantineReason, State};
 use crate::pool::lag::{self, Claim, Judgement, Own, Rule};
 use crate::pool::lag_detail;
-use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::registry::{Backend, BackendId, Pool, ProbeRecord};
+use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::saved::kept;
 use crate::pool::stall;
 
@@ -42,7 +42,11 @@ fn names(known: &[String]) -> String {
     match known.len() {
         0 => "none".to_owned(),
         n if n <= NAMES_SHOWN => known.join(", "),
-        n => format!("{} and {} more", known[..NAMES_SHOWN].join(", "), n - NAMES_SHOWN),
+        n => format!(
+            "{} and {} more",
+            known[..NAMES_SHOWN].join(", "),
+            n - NAMES_SHOWN
+        ),
     }
 }
 

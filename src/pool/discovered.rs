@@ -131,13 +131,15 @@ pub(in crate::pool) fn follow(config: &PoolConfig, old: Vec<Source>) -> Vec<Sour
     config
         .discover
         .iter()
-        .map(|entry| match old.iter().position(|s| s.config.same_source(entry)) {
-            Some(i) => Source {
-                config: entry.clone(),
-                ..old.swap_remove(i)
+        .map(
+            |entry| match old.iter().position(|s| s.config.same_source(entry)) {
+                Some(i) => Source {
+                    config: entry.clone(),
+                    ..old.swap_remove(i)
+                },
+                None => Source::new(entry.clone()),
             },
-            None => Source::new(entry.clone()),
-        })
+        )
         .collect()
 }
 
@@ -182,7 +184,12 @@ impl Pool {
     /// Apply a successful lookup of the discover entry `entry` made at
     /// `now`: `found` is every member the answer names. `None` when the
     /// entry is no longer configured (a reload raced the lookup).
-    pub fn apply_lookup(&self, entry: &str, found: Vec<Found>, now: Instant) -> Option<LookupChange> {
+    pub fn apply_lookup(
+        &self,
+        entry: &str,
+        found: Vec<Found>,
+        now: Instant,
+    ) -> Option<LookupChange> {
         let config = self.config();
         let hold = config.discovery.hold;
         let mut m = self.backends();
@@ -195,7 +202,11 @@ impl Pool {
             // The records a state file kept for members it did not name
             // are of nodes that are gone.
             let prefix = format!("{entry}/");
-            let keys: Vec<String> = source.members.keys().map(|k| format!("{prefix}{k}")).collect();
+            let keys: Vec<String> = source
+                .members
+                .keys()
+                .map(|k| format!("{prefix}{k}"))
+                .collect();
             m.unclaimed
                 .retain(|s| !s.name.starts_with(&prefix) || keys.contains(&s.name));
         }
@@ -267,7 +278,9 @@ impl Pool {
         let mut taken = 0;
         for source in &mut m.sources {
             let q = source.config.query.to_string();
-            let Some(c) = carried.iter().find(|c| c.name == source.config.name && c.query == q)
+            let Some(c) = carried
+                .iter()
+                .find(|c| c.name == source.config.name && c.query == q)
             else {
                 continue;
             };
@@ -275,9 +288,10 @@ impl Pool {
             for member in &c.members {
                 let seen = at(member.seen_ms_ago);
                 let missing = member.missing_ms_ago.map(at);
-                source
-                    .members
-                    .insert(member.found.key.clone(), (member.found.clone(), seen, missing));
+                source.members.insert(
+                    member.found.key.clone(),
+                    (member.found.clone(), seen, missing),
+                );
             }
             source.answered = true;
             source.lookups = c.lookups;

@@ -69,12 +69,7 @@ pub(in crate::pool) struct DrainRun {
 
 impl DrainRun {
     /// A drain of the `planned` movable connections of a backend, from `now`.
-    fn new(
-        now: Instant,
-        spread: Duration,
-        planned: usize,
-        cause: Cause,
-    ) -> DrainRun {
+    fn new(now: Instant, spread: Duration, planned: usize, cause: Cause) -> DrainRun {
         DrainRun {
             schedule: Schedule::new(now, spread, planned),
             cause,

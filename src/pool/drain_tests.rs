@@ -84,7 +84,10 @@ impl Bench {
             closer: closer.clone(),
         };
         let (lease, target) = self.pool.reserve(id, entry, tried).unwrap();
-        assert!(self.pool.splice_if_wanted(target.id, target.usable, &closer));
+        assert!(
+            self.pool
+                .splice_if_wanted(target.id, target.usable, &closer)
+        );
         self.conns.push(Conn {
             id,
             backend: target.id,
@@ -185,7 +188,12 @@ async fn fifty_connections_close_over_the_spread_oldest_first() {
     for c in bench.conns.iter().filter(|c| c.backend == a) {
         assert_eq!(c.closer.reason(), CloseReason::Drained);
     }
-    assert!(bench.ids_on(b).iter().all(|id| !bench.closed_ids().contains(id)));
+    assert!(
+        bench
+            .ids_on(b)
+            .iter()
+            .all(|id| !bench.closed_ids().contains(id))
+    );
     assert!(bench.pool.backends()[0].drain.is_none(), "the drain ended");
     assert_eq!(bench.pool.drain_step(Instant::now()), None);
 }
@@ -270,10 +278,19 @@ async fn held_by_b_then_resumed(bench: &mut Bench, a: BackendId) {
     bench.run_until(ms(1050)).await;
     assert_eq!(bench.closes.len(), 11);
     bench.quarantine("b");
-    assert_eq!(bench.pool.drain_step(Instant::now()), None, "no deadline while held");
+    assert_eq!(
+        bench.pool.drain_step(Instant::now()),
+        None,
+        "no deadline while held"
+    );
     bench.run_until(ms(3000)).await;
     assert_eq!(bench.closes.len(), 11, "closed the last leg");
-    assert!(bench.ids_on(bench.id("b")).iter().all(|id| !bench.closed_ids().contains(id)));
+    assert!(
+        bench
+            .ids_on(bench.id("b"))
+            .iter()
+            .all(|id| !bench.closed_ids().contains(id))
+    );
 
     bench.bring_back("b");
     bench.run_until(ms(20_000)).await;
@@ -310,11 +327,21 @@ async fn a_backend_removed_by_a_reload_is_drained_and_leaves_nothing_behind() {
     bench.look();
 
     // Out of selection and of snapshots at once, still drained.
-    let names: Vec<String> = bench.pool.snapshot().backends.into_iter().map(|b| b.name).collect();
+    let names: Vec<String> = bench
+        .pool
+        .snapshot()
+        .backends
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
     assert_eq!(names, ["b"]);
     assert_eq!(bench.pool.backends().leaving.len(), 1);
     let newcomer = bench.arrive(&[]);
-    assert_ne!(bench.conns.last().unwrap().backend, a, "conn {newcomer} placed on a");
+    assert_ne!(
+        bench.conns.last().unwrap().backend,
+        a,
+        "conn {newcomer} placed on a"
+    );
 
     bench.run_until(ms(20_000)).await;
     assert_eq!(bench.close_times(), every_100ms(0, 50));
@@ -324,7 +351,11 @@ async fn a_backend_removed_by_a_reload_is_drained_and_leaves_nothing_behind() {
     }
     // Its sessions end: their leases unregister from the leaving backend,
     // and the last one takes it away.
-    assert_eq!(bench.pool.backends().leaving.len(), 1, "connections still registered");
+    assert_eq!(
+        bench.pool.backends().leaving.len(),
+        1,
+        "connections still registered"
+    );
     for c in bench.conns.iter_mut().filter(|c| c.backend == a) {
         c.lease = None;
     }
@@ -387,13 +418,20 @@ async fn a_backend_found_down_mid_drain_loses_the_rest_at_once() {
 async fn quarantining_the_last_usable_backend_keeps_and_reports_its_connections() {
     let mut bench = Bench::new("0s", &["a", "b"], 3);
     let (a, b) = (bench.id("a"), bench.id("b"));
-    assert_eq!(bench.pool.quarantine("a", HOUR), Ok(0), "b takes a's clients");
+    assert_eq!(
+        bench.pool.quarantine("a", HOUR),
+        Ok(0),
+        "b takes a's clients"
+    );
     bench.look();
     assert_eq!(bench.closed_ids(), bench.ids_on(a));
     assert_eq!(bench.pool.quarantine("b", HOUR), Ok(3), "b is the last leg");
     bench.run_until(ms(5000)).await;
     assert_eq!(bench.closes.len(), 3, "b's connections kept");
-    assert_eq!(bench.pool.quarantine("nope", HOUR).map_err(|e| e.backend), Err("nope".to_owned()));
+    assert_eq!(
+        bench.pool.quarantine("nope", HOUR).map_err(|e| e.backend),
+        Err("nope".to_owned())
+    );
     bench.bring_back("a");
     bench.run_until(ms(6000)).await;
     let mut closed = bench.ids_on(a);

@@ -28,19 +28,19 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::pool::close::{CloseReason, Closer};
 use crate::config::{BackendConfig, PoolConfig};
+use crate::pool::admission::source_of;
+use crate::pool::close::{CloseReason, Closer};
+use crate::pool::discovered::{self, Source};
 use crate::pool::drain::DrainRun;
 use crate::pool::fold::Folds;
-use crate::pool::discovered::{self, Source};
-use crate::pool::admission::source_of;
-use crate::pool::members::Members;
-use crate::pool::refused::Refusals;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
+use crate::pool::members::Members;
+use crate::pool::own::OwnListeners;
+use crate::pool::refused::Refusals;
 use crate::pool::saved::HealthChanges;
 use crate::pool::select::{self, Candidate};
 use crate::pool::stall::Traffic;
-use crate::pool::own::OwnListeners;
 use crate::pool::tally::Tally;
 
 /// Process-wide connection id, as logged in `conn`.
@@ -356,8 +356,8 @@ impl Pool {
     ) -> bool {
         let m = self.backends();
         let usable = |b: &Backend| b.health.is_usable();
-        let wanted = m.active.iter().any(|b| b.id == backend && usable(b))
-            || !m.active.iter().any(usable);
+        let wanted =
+            m.active.iter().any(|b| b.id == backend && usable(b)) || !m.active.iter().any(usable);
         if chosen_usable && !wanted {
             return false;
         }
@@ -380,7 +380,12 @@ impl Pool {
         self.handing_over.store(true, Ordering::Relaxed);
         // Leaving backends' too: the new process, which has no such
         // backend, closes them as a reload does.
-        for entry in m.active.iter().chain(&m.leaving).flat_map(|b| b.conns.values()) {
+        for entry in m
+            .active
+            .iter()
+            .chain(&m.leaving)
+            .flat_map(|b| b.conns.values())
+        {
             if entry.closer.is_movable() {
                 entry.closer.close(CloseReason::Handover);
             }
@@ -415,7 +420,12 @@ impl Pool {
     /// Put connection `conn` on backend `b`: its lease and target. A
     /// connection registered after the pool stopped is closed at once
     /// (`stop` has already swept the registry).
-    fn register(self: &Arc<Self>, b: &mut Backend, conn: ConnId, entry: ConnEntry) -> (Lease, Target) {
+    fn register(
+        self: &Arc<Self>,
+        b: &mut Backend,
+        conn: ConnId,
+        entry: ConnEntry,
+    ) -> (Lease, Target) {
         if let Some(reason) = self.stopped.get() {
             entry.closer.close(*reason);
         }
@@ -514,7 +524,9 @@ impl Pool {
         // Ids are handed out in config order, so a backend usually sits at
         // its id: every probe and its window checks find theirs without a
         // walk through a pool of thousands.
-        let at = usize::try_from(id).ok().filter(|&i| backends.get(i).is_some_and(|b| b.id == id));
+        let at = usize::try_from(id)
+            .ok()
+            .filter(|&i| backends.get(i).is_some_and(|b| b.id == id));
         match at {
             Some(i) => backends.get_mut(i),
             None => backends.iter_mut().find(|b| b.id == id),
@@ -526,7 +538,11 @@ impl Pool {
         let Members {
             active, leaving, ..
         } = &mut *m;
-        if let Some(b) = active.iter_mut().chain(leaving.iter_mut()).find(|b| b.id == backend) {
+        if let Some(b) = active
+            .iter_mut()
+            .chain(leaving.iter_mut())
+            .find(|b| b.id == backend)
+        {
             b.conns.remove(&conn);
             if b.drain.is_some() {
                 // The drain may be done now that this one has gone.
@@ -616,7 +632,12 @@ mod tests {
         let epoch = pool.epoch_of(a).unwrap();
         let down = Report::new(Verdict::Down, "refused");
         pool.apply_probe(a, &down, epoch, t0 + std::time::Duration::from_secs(1));
-        assert!(pool.overview().backends.iter().all(|s| !s.state.is_usable()));
+        assert!(
+            pool.overview()
+                .backends
+                .iter()
+                .all(|s| !s.state.is_usable())
+        );
         let (_lease, target) = pool.reserve(1, entry(), &[]).unwrap();
         assert_eq!(target.id, b, "B failed longer ago than A");
         let (_lease, target) = pool.reserve(2, entry(), &[b]).unwrap();
@@ -632,7 +653,12 @@ mod tests {
         let a = pool.backends()[0].id;
         // Read by an earlier probe kind; the pool probes `connect` now.
         pool.backends()[0].height = Some(100);
-        pool.apply_probe(a, &Report::new(Verdict::Healthy, "connected"), 0, Instant::now());
+        pool.apply_probe(
+            a,
+            &Report::new(Verdict::Healthy, "connected"),
+            0,
+            Instant::now(),
+        );
         assert_eq!(pool.backends()[0].height, None);
     }
 

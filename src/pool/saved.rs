@@ -215,7 +215,11 @@ impl Pool {
         if !keep_ended {
             // A discovered member a state file knows may not have been
             // found yet: its record waits for the lookup that finds it.
-            let entries: Vec<String> = m.sources.iter().map(|s| format!("{}/", s.config.name)).collect();
+            let entries: Vec<String> = m
+                .sources
+                .iter()
+                .map(|s| format!("{}/", s.config.name))
+                .collect();
             let waiting = saved.iter().filter(|s| {
                 entries.iter().any(|e| s.name.starts_with(e))
                     && !m.active.iter().any(|b| b.config.name == s.name)

@@ -65,7 +65,11 @@ fn windows_and_strikes_survive_a_round_trip_through_json() {
     let qa = a.quarantine.unwrap();
     assert_eq!(qa.reason, QuarantineReason::Manual);
     assert!(
-        close_to(qa.until, wall + Duration::from_secs(600), Duration::from_secs(1)),
+        close_to(
+            qa.until,
+            wall + Duration::from_secs(600),
+            Duration::from_secs(1)
+        ),
         "{qa:?}"
     );
     let b = saved(&out, "b");
@@ -129,10 +133,18 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
     }
     // A probe that started before the restore is dropped.
     let healthy = Report::new(Verdict::Healthy, "ok");
-    pool.apply_probe(a, &healthy, epoch, Instant::now() + Duration::from_secs(400));
+    pool.apply_probe(
+        a,
+        &healthy,
+        epoch,
+        Instant::now() + Duration::from_secs(400),
+    );
     let snap = pool.snapshot();
     assert_eq!(snap.backends[0].state, State::Quarantined);
-    assert_eq!((snap.backends[0].height, snap.backends[0].proven), (Some(7), true));
+    assert_eq!(
+        (snap.backends[0].height, snap.backends[0].proven),
+        (Some(7), true)
+    );
 }
 
 #[test]
@@ -146,7 +158,10 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
     let mut record = SavedBackend::new("b".into(), "127.0.0.1:10".into(), Some(ended), 3);
     assert_eq!(pool.restore_health(&[record.clone()], wall), 1);
     let b = &pool.snapshot().backends[1];
-    assert_eq!((b.state, b.quarantine, b.strikes), (State::Unknown, None, 3));
+    assert_eq!(
+        (b.state, b.quarantine, b.strikes),
+        (State::Unknown, None, 3)
+    );
 
     // The next window is the fourth: 8 × base, not base.
     let before = SystemTime::now();
@@ -154,7 +169,10 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
     let b = &pool.snapshot().backends[1];
     assert_eq!(b.strikes, 4);
     let until = b.quarantine.unwrap().until;
-    assert!(close_to(until, before + 8 * BASE, Duration::from_secs(1)), "{until:?}");
+    assert!(
+        close_to(until, before + 8 * BASE, Duration::from_secs(1)),
+        "{until:?}"
+    );
 
     // The same record, its window still running at `wall`, is kept.
     record.quarantine = record.quarantine.map(|q| QuarantineSnapshot {

@@ -218,7 +218,10 @@ impl Pool {
             .iter()
             .map(|b| {
                 let mut snap = BackendSnapshot::of(b, with_conns, now, wall);
-                if let Some(&at) = leaving.get(&snap.name).filter(|_| snap.discovered_from.is_some()) {
+                if let Some(&at) = leaving
+                    .get(&snap.name)
+                    .filter(|_| snap.discovered_from.is_some())
+                {
                     snap.leaving_at = Some(wall_time(at, now, wall));
                 }
                 snap
@@ -332,7 +335,10 @@ mod tests {
         assert_eq!(snap.name, "p");
         assert_eq!(snap.backends.len(), 2);
         let a = &snap.backends[0];
-        assert_eq!((a.name.as_str(), a.addr.as_str(), a.backup), ("a", "127.0.0.1:9", false));
+        assert_eq!(
+            (a.name.as_str(), a.addr.as_str(), a.backup),
+            ("a", "127.0.0.1:9", false)
+        );
         assert!(snap.backends[1].backup);
         assert_eq!(a.connections, 1);
         assert_eq!(
@@ -356,7 +362,10 @@ mod tests {
         assert!(overview.backends[0].conns.is_empty());
 
         entry.closer.close(crate::pool::close::CloseReason::Drained);
-        assert_eq!(pool.snapshot().backends[0].conns[0].state, ConnState::Closing);
+        assert_eq!(
+            pool.snapshot().backends[0].conns[0].state,
+            ConnState::Closing
+        );
     }
 
     #[test]
@@ -374,7 +383,10 @@ mod tests {
         // Read back on the wall clock: ten minutes from when it was set,
         // give or take the snapshot's own clock reads.
         let slack = Duration::from_secs(1);
-        assert!(q.until >= before + Duration::from_secs(600) - slack, "{q:?}");
+        assert!(
+            q.until >= before + Duration::from_secs(600) - slack,
+            "{q:?}"
+        );
         assert!(q.until <= after + Duration::from_secs(600) + slack, "{q:?}");
         assert_eq!(snap.backends[0].quarantine, None);
         assert_eq!(snap.backends[0].state, State::Unknown);

@@ -114,14 +114,17 @@ pub(in crate::pool) fn stalled(
                 StallRule::Request => h.owes_since.is_some_and(|t| t <= since),
             }
     };
-    let judged: Vec<&Heard> = b.traffic.conns.values().filter(|h| h.first <= since).collect();
+    let judged: Vec<&Heard> = b
+        .traffic
+        .conns
+        .values()
+        .filter(|h| h.first <= since)
+        .collect();
     if judged.is_empty() || !judged.iter().all(|h| silent(h)) {
         return None;
     }
     let heard = backends.iter().find(|o| {
-        o.id != id
-            && o.health.is_usable()
-            && o.traffic.last_heard.is_some_and(|at| at > since)
+        o.id != id && o.health.is_usable() && o.traffic.last_heard.is_some_and(|at| at > since)
     })?;
     let what = match rule {
         StallRule::Push => "received nothing",

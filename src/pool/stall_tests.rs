@@ -61,21 +61,42 @@ fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
 }
 
 fn id(pool: &Pool, name: &str) -> BackendId {
-    pool.probe_targets().into_iter().find(|(_, c)| c.name == name).unwrap().0
+    pool.probe_targets()
+        .into_iter()
+        .find(|(_, c)| c.name == name)
+        .unwrap()
+        .0
 }
 
 /// A passing probe of `name` now; its outcome as recorded.
 fn probe(pool: &Pool, name: &str) -> (ProbeOutcome, String) {
     let b = id(pool, name);
     let epoch = pool.epoch_of(b).unwrap();
-    pool.apply_probe(b, &Report::new(Verdict::Healthy, "connected"), epoch, Instant::now());
+    pool.apply_probe(
+        b,
+        &Report::new(Verdict::Healthy, "connected"),
+        epoch,
+        Instant::now(),
+    );
     let snap = pool.overview();
-    let p = snap.backends.iter().find(|x| x.name == name).unwrap().last_probe.clone().unwrap();
+    let p = snap
+        .backends
+        .iter()
+        .find(|x| x.name == name)
+        .unwrap()
+        .last_probe
+        .clone()
+        .unwrap();
     (p.outcome, p.detail)
 }
 
 fn state(pool: &Pool, name: &str) -> State {
-    pool.overview().backends.into_iter().find(|b| b.name == name).unwrap().state
+    pool.overview()
+        .backends
+        .into_iter()
+        .find(|b| b.name == name)
+        .unwrap()
+        .state
 }
 
 /// Step both backends' probes every second for `secs`, `b`'s connection
@@ -100,11 +121,18 @@ async fn a_silent_backend_beside_a_talking_one_is_stalled_and_drained() {
     // a talks for a while, then goes silent; b keeps talking.
     run(&pool, &a, &b, 3, true).await;
     run(&pool, &a, &b, 9, false).await;
-    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "9 s of silence is not 10");
+    assert_eq!(
+        probe(&pool, "a").0,
+        ProbeOutcome::Healthy,
+        "9 s of silence is not 10"
+    );
     run(&pool, &a, &b, 1, false).await;
     let (outcome, detail) = probe(&pool, "a");
     assert_eq!(outcome, ProbeOutcome::Stalled);
-    assert!(detail.contains("1 connections received nothing for 10s while b sent"), "{detail}");
+    assert!(
+        detail.contains("1 connections received nothing for 10s while b sent"),
+        "{detail}"
+    );
     assert_eq!(state(&pool, "a"), State::Healthy, "fall is 2");
     assert_eq!(probe(&pool, "a").0, ProbeOutcome::Stalled);
     assert_eq!(state(&pool, "a"), State::Stalled);
@@ -135,7 +163,11 @@ async fn young_connections_are_not_judged_and_do_not_hide_old_silent_ones() {
     let b = connect(&pool, 2, "b");
     probe(&pool, "a");
     run(&pool, &a, &b, 9, false).await;
-    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "9 s old: not judged yet");
+    assert_eq!(
+        probe(&pool, "a").0,
+        ProbeOutcome::Healthy,
+        "9 s old: not judged yet"
+    );
     run(&pool, &a, &b, 2, false).await;
     // A new client on a that gets its handshake bytes: the old one is
     // still silent, so a is stalled anyway.
@@ -153,9 +185,17 @@ async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
     run(&pool, &a, &b, 11, false).await;
     let ida = id(&pool, "a");
     let epoch = pool.epoch_of(ida).unwrap();
-    pool.apply_probe(ida, &Report::new(Verdict::Down, "refused"), epoch, Instant::now());
+    pool.apply_probe(
+        ida,
+        &Report::new(Verdict::Down, "refused"),
+        epoch,
+        Instant::now(),
+    );
     let snap = pool.overview();
-    assert_eq!(snap.backends[0].last_probe.as_ref().unwrap().outcome, ProbeOutcome::Down);
+    assert_eq!(
+        snap.backends[0].last_probe.as_ref().unwrap().outcome,
+        ProbeOutcome::Down
+    );
 
     let off = pool_off();
     let a = connect(&off, 1, "a");

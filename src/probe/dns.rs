@@ -70,7 +70,11 @@ impl Dns {
     ///
     /// # Errors
     /// The lookup failed or found nothing, in a few words.
-    pub async fn lookup(&self, query: &DiscoverQuery, known: &[Found]) -> Result<Vec<Found>, String> {
+    pub async fn lookup(
+        &self,
+        query: &DiscoverQuery,
+        known: &[Found],
+    ) -> Result<Vec<Found>, String> {
         match query {
             DiscoverQuery::Addrs { host, port } => {
                 let ips = self.addresses(host).await?;
@@ -112,7 +116,11 @@ impl Dns {
             })
             .filter(|srv| !srv.target.is_root())
             .map(|srv| {
-                let target = srv.target.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+                let target = srv
+                    .target
+                    .to_ascii()
+                    .trim_end_matches('.')
+                    .to_ascii_lowercase();
                 (target, srv.port, srv.priority)
             })
             .collect();
@@ -140,7 +148,10 @@ impl Dns {
                 .map(|(_, ip)| *ip)
                 .collect();
             if ips.is_empty() {
-                ips = self.addresses(&format!("{target}.")).await.unwrap_or_default();
+                ips = self
+                    .addresses(&format!("{target}."))
+                    .await
+                    .unwrap_or_default();
             }
             let before = known.iter().find(|f| f.key == key).map(|f| f.addr.ip());
             let ip = match before {

@@ -97,7 +97,10 @@ pub async fn probe(
         ..Report::with_height(
             Verdict::Healthy,
             height,
-            format!("height {height} ({}, protocol {})", tip.software, tip.protocol),
+            format!(
+                "height {height} ({}, protocol {})",
+                tip.software, tip.protocol
+            ),
         )
     }
 }
@@ -219,7 +222,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     async fn tip(&mut self) -> Result<Tip, Failure> {
-        let version = self.call("server.version", json!([CLIENT, PROTOCOLS])).await?;
+        let version = self
+            .call("server.version", json!([CLIENT, PROTOCOLS]))
+            .await?;
         let (software, protocol) = match version.as_array().map(Vec::as_slice) {
             Some([Value::String(software), Value::String(protocol)]) => {
                 (shown(software), shown(protocol))
@@ -274,7 +279,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             if let Some(error) = reply.get("error").filter(|e| !e.is_null()) {
                 let message = error.get("message").and_then(Value::as_str);
                 let message = message.map_or_else(|| shown(&error.to_string()), shown);
-                return Err(Failure::Garbled(format!("{method} answered error: {message}")));
+                return Err(Failure::Garbled(format!(
+                    "{method} answered error: {message}"
+                )));
             }
             if answer_id != Some(&json!(id)) {
                 return Err(Failure::Garbled(format!(
@@ -360,7 +367,11 @@ pub(super) fn header(hex: &str) -> Option<Header> {
     if hex.len() != 2 * HEADER_LEN {
         return None;
     }
-    let nibble = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let nibble = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
     let mut raw = [0u8; HEADER_LEN];
     for (byte, pair) in raw.iter_mut().zip(hex.chunks_exact(2)) {
         *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;

@@ -437,12 +437,26 @@ where
 async fn tls_accepts_a_self_signed_certificate_and_sends_the_name() {
     let tls = AnyCertTls::new().unwrap();
     let (port, mut names) = tls_server(electrumx(mined(true), 77)).await;
-    let report = probe(&format!("localhost:{port}"), Some(&tls), regtest(), None, LONG).await;
+    let report = probe(
+        &format!("localhost:{port}"),
+        Some(&tls),
+        regtest(),
+        None,
+        LONG,
+    )
+    .await;
     assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
     assert_eq!((report.height, report.proof), (Some(77), Proof::NotAsked));
     assert_eq!(names.recv().await, Some(Some("localhost".to_owned())));
     // An address: no SNI.
-    let report = probe(&format!("127.0.0.1:{port}"), Some(&tls), regtest(), None, LONG).await;
+    let report = probe(
+        &format!("127.0.0.1:{port}"),
+        Some(&tls),
+        regtest(),
+        None,
+        LONG,
+    )
+    .await;
     assert_eq!(report.height, Some(77), "{report:?}");
     assert_eq!(names.recv().await, Some(None));
 }
@@ -467,6 +481,13 @@ async fn tls_failures() {
     assert_verdict(&report, Verdict::Down, "TLS handshake");
     // A TLS server that says nothing after the handshake.
     let (port, _) = tls_server(|_| Some(Vec::new())).await;
-    let report = probe(&format!("127.0.0.1:{port}"), Some(&tls), regtest(), None, SHORT).await;
+    let report = probe(
+        &format!("127.0.0.1:{port}"),
+        Some(&tls),
+        regtest(),
+        None,
+        SHORT,
+    )
+    .await;
     assert_verdict(&report, Verdict::Unknown, "no answer to server.version");
 }

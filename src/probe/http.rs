@@ -21,9 +21,9 @@ use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
 use tokio::time::{Instant, timeout_at};
 
-use crate::pool::report::{Report, Verdict};
 use crate::config::SecretUrl;
 use crate::net::connect::{ConnectError, connect};
+use crate::pool::report::{Report, Verdict};
 
 /// Most body bytes read from a `blockbook` answer; more is `unknown`.
 pub const MAX_BODY: usize = 256 * 1024;

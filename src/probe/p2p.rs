@@ -22,8 +22,8 @@ use tracing::debug;
 
 use super::chain::Proving;
 use super::headers;
-use crate::pool::report::Proof;
 use super::wire::{self, Decoder, Magic, Message, Version, VersionParams};
+use crate::pool::report::Proof;
 use crate::pool::report::{Report, Verdict};
 
 /// Most bytes read from a node while waiting for its `version`.

@@ -20,12 +20,12 @@ use tracing::warn;
 
 use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
 use crate::net::connect;
+use crate::pool::registry::{BackendId, Pool};
+use crate::pool::report::{Report, Verdict};
 use crate::probe::chain::{Chain, Proving};
 use crate::probe::http::HttpProber;
-use crate::pool::report::{Report, Verdict};
 use crate::probe::tls::AnyCertTls;
 use crate::probe::{electrum, p2p, pow};
-use crate::pool::registry::{BackendId, Pool};
 
 /// What makes two backends' probes the same probe.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -250,8 +250,7 @@ impl Prober {
         Box::pin(async move {
             let (addr, timeout) = (key.addr.as_str(), key.timeout);
             // A claim is proven only when some pool would act on it.
-            let wanted =
-                |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
+            let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
             let chain = self.chain(&key.network);
             let proving = chain.as_deref().map(|chain| Proving {
                 chain,

@@ -33,7 +33,10 @@ fn a_new_day_renames_the_file_to_its_date_and_starts_another() {
     let (dir, path, mut log) = fresh();
     log.write_at(b"tuesday\n", NOW).unwrap();
     log.write_at(b"wednesday\n", NEXT_DAY).unwrap();
-    assert_eq!(read(&dir.path().join("pin-proxy.log.2026-12-02")), "tuesday\n");
+    assert_eq!(
+        read(&dir.path().join("pin-proxy.log.2026-12-02")),
+        "tuesday\n"
+    );
     assert_eq!(read(&path), "wednesday\n");
 }
 

@@ -52,8 +52,5 @@ pub async fn watchdog(token: CancellationToken) {
 /// `READY=1`, for the new process of a live upgrade, or for the old one
 /// taking back after a failed one.
 pub fn main_pid() {
-    send(&[
-        NotifyState::MainPid(std::process::id()),
-        NotifyState::Ready,
-    ]);
+    send(&[NotifyState::MainPid(std::process::id()), NotifyState::Ready]);
 }

@@ -69,9 +69,8 @@ impl ReloadPlan<'_> {
     /// What the plan changes, by name, for `reloaded` and `POST /reload`.
     pub fn changes(&self) -> Reloaded {
         let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect();
-        let backends = |of: &dyn Fn(&PoolPlan<'_>) -> Vec<String>| {
-            self.keep.iter().flat_map(of).collect()
-        };
+        let backends =
+            |of: &dyn Fn(&PoolPlan<'_>) -> Vec<String>| self.keep.iter().flat_map(of).collect();
         let qualified = |p: &PoolPlan<'_>, list: &[&str]| -> Vec<String> {
             list.iter().map(|b| format!("{}/{b}", p.name)).collect()
         };

@@ -19,30 +19,30 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::pool::close::CloseReason;
 use crate::config::{AdminConfig, Config};
-use crate::ops::control::{Budget, Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
-use crate::runtime::log_lists::List;
-use crate::runtime::handover::protocol::Owner;
-use crate::probe::prober::Prober;
-use crate::pool::registry::Pool;
-use crate::runtime::reload::{self, ReloadPlan};
-use crate::pool::own::OwnListeners;
 use crate::net::balance::Loops;
 use crate::net::closed_log;
 use crate::net::freeze::Freezer;
-use crate::pool::saved::HealthChanges;
-use crate::runtime::pid_file;
-use crate::runtime::state_file;
+use crate::net::listener::{self, BindError};
+use crate::net::sockopt;
 use crate::net::workers::Workers;
 use crate::ops::admin;
-use crate::runtime::limits;
-use crate::net::listener::{self, BindError};
+use crate::ops::control::{Budget, Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
+use crate::pool::close::CloseReason;
+use crate::pool::own::OwnListeners;
+use crate::pool::registry::Pool;
+use crate::pool::saved::HealthChanges;
+use crate::probe::prober::Prober;
 use crate::runtime::discover;
 use crate::runtime::drain;
+use crate::runtime::handover::protocol::Owner;
+use crate::runtime::limits;
+use crate::runtime::log_lists::List;
 use crate::runtime::notify;
+use crate::runtime::pid_file;
 use crate::runtime::rebalance;
-use crate::net::sockopt;
+use crate::runtime::reload::{self, ReloadPlan};
+use crate::runtime::state_file;
 
 mod inherit;
 mod listen;
@@ -244,7 +244,10 @@ impl Server {
             // a DNS outage at start-up delays serving, never stops it.
             let all = all_done(firsts);
             if tokio::time::timeout(FIRST_LOOKUP_WAIT, all).await.is_err() {
-                warn!(waited_ms = FIRST_LOOKUP_WAIT.as_millis() as u64, "discovery_slow");
+                warn!(
+                    waited_ms = FIRST_LOOKUP_WAIT.as_millis() as u64,
+                    "discovery_slow"
+                );
             }
         }
         for i in 0..self.pools.len() {
@@ -408,8 +411,14 @@ impl Server {
             } else {
                 plan.kept(&pc.name).map_or(&[][..], |k| &k.listen_added)
             };
-            let listens = bind_all(pc, wanted, self.workers.count(), &mut Inherited::default(), &own)
-                .map_err(ReloadError::Bind)?;
+            let listens = bind_all(
+                pc,
+                wanted,
+                self.workers.count(),
+                &mut Inherited::default(),
+                &own,
+            )
+            .map_err(ReloadError::Bind)?;
             fresh.insert(&pc.name, listens);
         }
         let mut next = Vec::new();
@@ -477,8 +486,14 @@ mod tests {
         let config = Config::parse(yaml, "t.yaml".as_ref()).expect("valid");
         let mut server = Server::bind(config).expect("bound");
         let prober = Prober::new(server.tracker.clone(), server.root.clone());
-        assert!(server.start_tasks(0, &prober).is_none(), "nothing to look up");
-        assert!(server.start_tasks(1, &prober).is_some(), "its first lookups");
+        assert!(
+            server.start_tasks(0, &prober).is_none(),
+            "nothing to look up"
+        );
+        assert!(
+            server.start_tasks(1, &prober).is_some(),
+            "its first lookups"
+        );
         server.root.cancel();
     }
 }

@@ -274,8 +274,8 @@ pub fn save(path: &Path, state: &SavedState, written_at: SystemTime) -> Result<(
     // Never rename over a device (`/dev/null` given to turn it off) or a
     // FIFO: only a regular file, or nothing, is replaced.
     refuse_special_file(path).map_err(failed("replace", path))?;
-    let bytes = encode(state, written_at)
-        .map_err(|e| failed("encode", path)(std::io::Error::other(e)))?;
+    let bytes =
+        encode(state, written_at).map_err(|e| failed("encode", path)(std::io::Error::other(e)))?;
     let (mut file, tmp) = files::create_beside(path).map_err(failed("create a file in", dir))?;
     let written = (|| {
         file.write_all(&bytes).map_err(failed("write", &tmp))?;

@@ -45,7 +45,10 @@ fn a_saved_file_reads_back_with_windows_reasons_and_strikes() {
     assert_eq!(json["version"], 1);
     assert_eq!(json["written_at"], "2027-01-15T08:00:00.000Z");
     let b = &json["pools"][0]["backends"][1];
-    assert_eq!((&b["name"], &b["addr"]), (&"b".into(), &"127.0.0.1:10".into()));
+    assert_eq!(
+        (&b["name"], &b["addr"]),
+        (&"b".into(), &"127.0.0.1:10".into())
+    );
     assert_eq!(b["quarantine"]["reason"], "manual");
     assert_eq!(b["strikes"], 0);
     assert!(json["pools"][0]["backends"][0]["quarantine"].is_null());
@@ -57,7 +60,10 @@ fn a_saved_file_reads_back_with_windows_reasons_and_strikes() {
     let (w, i) = (was.quarantine.unwrap(), is.quarantine.unwrap());
     assert_eq!(w.reason, i.reason);
     let gap = w.until.duration_since(i.until).unwrap_or_default();
-    assert!(gap < Duration::from_millis(1), "millisecond precision: {gap:?}");
+    assert!(
+        gap < Duration::from_millis(1),
+        "millisecond precision: {gap:?}"
+    );
 
     // Saved again over it: replaced, still no temporary file.
     pools[0].release("b").unwrap();
@@ -83,11 +89,17 @@ fn every_bad_file_is_refused_with_its_reason() {
     assert!(matches!(refused(b"[1,2]"), LoadError::Corrupt(_)));
     let e = refused(b"{\"version\":2,\"written_at\":\"x\",\"pools\":[]}");
     assert!(matches!(e, LoadError::Version(2)), "{e}");
-    assert_eq!(e.to_string(), "version 2 is not the version this build reads (1)");
+    assert_eq!(
+        e.to_string(),
+        "version 2 is not the version this build reads (1)"
+    );
     let bad_time = br#"{"version":1,"written_at":"x","pools":[{"name":"p","backends":[
         {"name":"a","addr":"h:1","strikes":1,"quarantine":{"until":"soon","reason":"manual"}}]}]}"#;
     let e = refused(bad_time);
-    assert!(e.to_string().contains("pool p backend a: until `soon`"), "{e}");
+    assert!(
+        e.to_string().contains("pool p backend a: until `soon`"),
+        "{e}"
+    );
     let bad_reason = br#"{"version":1,"written_at":"x","pools":[{"name":"p","backends":[
         {"name":"a","addr":"h:1","strikes":1,"quarantine":{"until":"2030-01-01T00:00:00Z","reason":"bored"}}]}]}"#;
     assert!(matches!(refused(bad_reason), LoadError::Corrupt(_)));
@@ -166,7 +178,12 @@ async fn the_writer_saves_each_change_at_most_once_a_second_and_at_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let pool = pool();
-    let control = Control::new(vec![pool.clone()], mpsc::channel(1).0, mpsc::channel(1).0, 0);
+    let control = Control::new(
+        vec![pool.clone()],
+        mpsc::channel(1).0,
+        mpsc::channel(1).0,
+        0,
+    );
     let token = CancellationToken::new();
     let writer = write_on_change(path.clone(), control, pool.changes(), token.clone());
     let task = tokio::spawn(writer);
@@ -177,7 +194,10 @@ async fn the_writer_saves_each_change_at_most_once_a_second_and_at_shutdown() {
     let first = Instant::now();
     pool.quarantine("b", 600 * S).unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
-    assert!(!shows_quarantined(&path, "b"), "a second write within a second");
+    assert!(
+        !shows_quarantined(&path, "b"),
+        "a second write within a second"
+    );
     until_shown(&path, "b").await;
     assert!(first.elapsed() >= S, "{:?}", first.elapsed());
 
@@ -195,7 +215,12 @@ async fn a_failed_write_is_retried_without_a_further_change() {
     let sub = dir.path().join("later");
     let path = sub.join("state.json");
     let pool = pool();
-    let control = Control::new(vec![pool.clone()], mpsc::channel(1).0, mpsc::channel(1).0, 0);
+    let control = Control::new(
+        vec![pool.clone()],
+        mpsc::channel(1).0,
+        mpsc::channel(1).0,
+        0,
+    );
     let token = CancellationToken::new();
     let task = tokio::spawn(write_on_change(
         path.clone(),

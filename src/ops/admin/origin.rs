@@ -168,10 +168,7 @@ mod tests {
     fn sec_fetch_site_from_another_site_is_refused_even_without_origin() {
         for site in ["cross-site", "Cross-Site", "same-site"] {
             let h = headers(&[("host", "127.0.0.1:9900"), ("sec-fetch-site", site)]);
-            assert!(
-                matches!(check(&h), Err(CrossSite::FetchSite(_))),
-                "{site}"
-            );
+            assert!(matches!(check(&h), Err(CrossSite::FetchSite(_))), "{site}");
         }
         // Even with a matching Origin.
         let h = headers(&[
@@ -184,7 +181,10 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_origin_and_the_endpoint() {
-        let h = headers(&[("host", "127.0.0.1:9900"), ("origin", "http://evil.example")]);
+        let h = headers(&[
+            ("host", "127.0.0.1:9900"),
+            ("origin", "http://evil.example"),
+        ]);
         let msg = check(&h).unwrap_err().to_string();
         assert_eq!(
             msg,

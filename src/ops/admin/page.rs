@@ -28,7 +28,8 @@ impl Page {
         );
         Page {
             // Only ASCII goes into it: quotes, base64 and keywords.
-            csp: HeaderValue::from_str(&csp).unwrap_or(HeaderValue::from_static("default-src 'none'")),
+            csp: HeaderValue::from_str(&csp)
+                .unwrap_or(HeaderValue::from_static("default-src 'none'")),
         }
     }
 
@@ -68,8 +69,7 @@ fn sha256_source(text: &str) -> String {
 
 /// Standard base64 with padding.
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let n = chunk
@@ -140,7 +140,14 @@ mod tests {
         // No other origin, nothing fetched by the markup, and nothing the
         // policy would block: inline handlers, style attributes.
         for needle in [
-            "http://", "https://", " src=", "@import", "url(", " style=", " onclick=", " onload=",
+            "http://",
+            "https://",
+            " src=",
+            "@import",
+            "url(",
+            " style=",
+            " onclick=",
+            " onload=",
         ] {
             assert!(!HTML.contains(needle), "page.html contains {needle:?}");
         }

@@ -366,16 +366,18 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
     // Commands only: a page elsewhere cannot read what the GET routes
     // answer (no CORS headers), but it can make a browser send a POST.
     if req.method() == Method::POST {
-        origin::check(req.headers()).map_err(|e| Fail::new(StatusCode::FORBIDDEN, e.to_string()))?;
+        origin::check(req.headers())
+            .map_err(|e| Fail::new(StatusCode::FORBIDDEN, e.to_string()))?;
     }
     read_body(req.into_body()).await?;
     match request {
         AdminRequest::Page => Ok(ctx.page.answer()),
         AdminRequest::Status => json(StatusCode::OK, &ctx.control.status()),
         AdminRequest::Metrics => {
-            let text = metrics::render(&ctx.control.pools(), &ctx.control.process()).map_err(|_| {
-                Fail::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed")
-            })?;
+            let text =
+                metrics::render(&ctx.control.pools(), &ctx.control.process()).map_err(|_| {
+                    Fail::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed")
+                })?;
             Ok(answer(StatusCode::OK, metrics::CONTENT_TYPE, text.into()))
         }
         AdminRequest::Healthz => Ok(healthz()),

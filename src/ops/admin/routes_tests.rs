@@ -35,7 +35,10 @@ fn a_discovered_name_routes_with_its_slash_plain_or_encoded() {
     ] {
         match Route::parse(path) {
             Ok(Some(Route::Release { pool, backend })) => {
-                assert_eq!((pool.as_str(), backend.as_str()), ("p", "ltc/127.0.0.1:9333"));
+                assert_eq!(
+                    (pool.as_str(), backend.as_str()),
+                    ("p", "ltc/127.0.0.1:9333")
+                );
             }
             other => panic!("{path}: not parsed as a release route: {other:?}"),
         }
@@ -49,8 +52,14 @@ fn a_discovered_name_routes_with_its_slash_plain_or_encoded() {
 #[test]
 fn the_page_is_at_the_root_for_get_and_head() {
     let root: hyper::Uri = "/".parse().unwrap();
-    assert_eq!(parse_request(&Method::GET, &root).ok(), Some(AdminRequest::Page));
-    assert_eq!(parse_request(&Method::HEAD, &root).ok(), Some(AdminRequest::Page));
+    assert_eq!(
+        parse_request(&Method::GET, &root).ok(),
+        Some(AdminRequest::Page)
+    );
+    assert_eq!(
+        parse_request(&Method::HEAD, &root).ok(),
+        Some(AdminRequest::Page)
+    );
     let refused = parse_request(&Method::POST, &root).unwrap_err();
     assert_eq!(
         (refused.status, refused.allow),

@@ -70,7 +70,9 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
         let last = match (&d.last_lookup, &d.error) {
             (None, _) => "not looked up yet".to_owned(),
             (Some(at), None) => format!("last lookup ok {} ago", ago(at, now)),
-            (Some(at), Some(e)) => format!("last lookup failed {} ago: {e}; members kept", ago(at, now)),
+            (Some(at), Some(e)) => {
+                format!("last lookup failed {} ago: {e}; members kept", ago(at, now))
+            }
         };
         let _ = writeln!(
             out,
@@ -188,7 +190,10 @@ fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
 /// Quarantined for lagging, and the last probe passed: it has caught up and
 /// waits out its window.
 fn caught_up(b: &BackendStatus) -> bool {
-    let passed = b.last_probe.as_ref().is_some_and(|p| p.outcome == "healthy");
+    let passed = b
+        .last_probe
+        .as_ref()
+        .is_some_and(|p| p.outcome == "healthy");
     passed && b.quarantine.as_ref().is_some_and(|q| q.reason == "lagging")
 }
 
@@ -270,15 +275,13 @@ mod tests {
                 fall: 2,
                 rise: 1,
                 backends: vec![backend("a"), q],
-                discovery: vec![
-                    DiscoveryStatus {
-                        name: "ltc".to_owned(),
-                        query: "nodes.test:9333".to_owned(),
-                        members: 3,
-                        last_lookup: Some("2026-01-01T00:00:25Z".to_owned()),
-                        error: Some("no records found".to_owned()),
-                    },
-                ],
+                discovery: vec![DiscoveryStatus {
+                    name: "ltc".to_owned(),
+                    query: "nodes.test:9333".to_owned(),
+                    members: 3,
+                    last_lookup: Some("2026-01-01T00:00:25Z".to_owned()),
+                    error: Some("no records found".to_owned()),
+                }],
             }],
         };
         let now = humantime::parse_rfc3339("2026-01-01T00:00:30Z").unwrap();
@@ -362,13 +365,22 @@ mod tests {
             "released, awaiting probes (0 of 3 passed)"
         );
         // From an instance that does not report the thresholds.
-        assert_eq!(state(&falling, &pool(0, 0, vec![]), now), "healthy (1 failed probe)");
+        assert_eq!(
+            state(&falling, &pool(0, 0, vec![]), now),
+            "healthy (1 failed probe)"
+        );
 
         let text = render_pool(pool(2, 1, vec![released, held]), now);
         let row = text.lines().find(|l| l.contains("released")).unwrap();
-        assert!(row.contains("manual until 2026-01-01T00:00:30Z (ended)"), "{row}");
+        assert!(
+            row.contains("manual until 2026-01-01T00:00:30Z (ended)"),
+            "{row}"
+        );
         assert!(!row.contains("0s left"), "{row}");
-        let row = text.lines().find(|l| l.trim_start().starts_with("held ")).unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("held "))
+            .unwrap();
         assert!(row.contains("(4m 30s left)"), "{row}");
     }
 
@@ -396,7 +408,10 @@ mod tests {
         let mut p = p;
         p.backends[0].leaving_at = Some("2026-01-01T00:04:00Z".to_owned());
         let text = render_pool(p, now);
-        let a = text.lines().find(|l| l.trim_start().starts_with("a ")).unwrap();
+        let a = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("a "))
+            .unwrap();
         assert!(
             a.contains("healthy, leaving at 2026-01-01T00:04:00Z (not in DNS answers)"),
             "{a}"
@@ -404,8 +419,14 @@ mod tests {
         let header = text.lines().nth(1).unwrap();
         assert!(header.contains("HEIGHT  LAG  QUARANTINE"), "{header}");
         let cells = |name: &str| -> Vec<String> {
-            let line = text.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap();
-            line.split("  ").map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect()
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap();
+            line.split("  ")
+                .map(|c| c.trim().to_owned())
+                .filter(|c| !c.is_empty())
+                .collect()
         };
         // Counted from 23, the unknown one's: usable and not quarantined.
         assert_eq!(cells("a")[4], "2", "{text}");

@@ -120,7 +120,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
         let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
-        assert_eq!((flagged.addr(), flagged.note()), ("127.0.0.1:1", String::new()));
+        assert_eq!(
+            (flagged.addr(), flagged.note()),
+            ("127.0.0.1:1", String::new())
+        );
 
         let missing = Target::resolve(None, &path, false).unwrap();
         assert_eq!(missing.addr(), DEFAULT_ADMIN);
@@ -134,19 +137,36 @@ mod tests {
         std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
         let invalid = Target::resolve(None, &path, false).unwrap();
         assert_eq!(invalid.addr(), DEFAULT_ADMIN);
-        assert!(invalid.note().contains("the config could not be used ("), "{}", invalid.note());
+        assert!(
+            invalid.note().contains("the config could not be used ("),
+            "{}",
+            invalid.note()
+        );
         assert!(invalid.note().contains("config.yaml"), "{}", invalid.note());
 
-        let pool = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
+        let pool =
+            "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
         std::fs::write(&path, pool).unwrap();
         let bare = Target::resolve(None, &path, false).unwrap();
-        assert!(bare.note().contains("has no admin.listen"), "{}", bare.note());
+        assert!(
+            bare.note().contains("has no admin.listen"),
+            "{}",
+            bare.note()
+        );
 
-        std::fs::write(&path, format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}")).unwrap();
+        std::fs::write(
+            &path,
+            format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}"),
+        )
+        .unwrap();
         let configured = Target::resolve(None, &path, false).unwrap();
         assert_eq!(configured.addr(), "127.0.0.1:9911");
         assert_eq!(configured.note(), "");
-        assert!(configured.origin().contains("admin.listen of"), "{}", configured.origin());
+        assert!(
+            configured.origin().contains("admin.listen of"),
+            "{}",
+            configured.origin()
+        );
     }
 
     #[test]
@@ -157,13 +177,22 @@ mod tests {
             Ok(t) => panic!("resolved to {}", t.addr()),
             Err(e) => format!("{e:#}"),
         };
-        assert!(error(&path).contains("no config file at"), "{}", error(&path));
+        assert!(
+            error(&path).contains("no config file at"),
+            "{}",
+            error(&path)
+        );
         std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
         assert!(error(&path).contains("config.yaml"), "{}", error(&path));
         assert!(error(&path).contains("pools[0].name"), "{}", error(&path));
-        let pool = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
+        let pool =
+            "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
         std::fs::write(&path, pool).unwrap();
-        assert!(error(&path).contains("has no admin.listen"), "{}", error(&path));
+        assert!(
+            error(&path).contains("has no admin.listen"),
+            "{}",
+            error(&path)
+        );
         // --admin needs no config at all.
         let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
         assert_eq!(flagged.addr(), "127.0.0.1:1");

@@ -76,7 +76,10 @@ mod tests {
         let now = humantime::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
         let admin = Target::given("127.0.0.1:9900");
         let tty = frame(&admin, "table\n", now, true);
-        assert!(tty.starts_with("\x1b[H\x1b[2Jevery 1s: 127.0.0.1:9900  2026-01-01T00:00:00Z"), "{tty:?}");
+        assert!(
+            tty.starts_with("\x1b[H\x1b[2Jevery 1s: 127.0.0.1:9900  2026-01-01T00:00:00Z"),
+            "{tty:?}"
+        );
         assert!(tty.ends_with("\n\ntable\n"), "{tty:?}");
         let piped = frame(&admin, "table\n", now, false);
         assert!(!piped.contains('\x1b'), "{piped:?}");

@@ -160,7 +160,11 @@ mod tests {
         let s = Schedule::new(start, ms(5000), 50);
         // Held up at 1 s with 10 closed; resumed at 3 s.
         let r = s.resumed(10, start + ms(3000));
-        assert_eq!(r.due(start + ms(2999)), 10, "nothing more before the resume");
+        assert_eq!(
+            r.due(start + ms(2999)),
+            10,
+            "nothing more before the resume"
+        );
         assert_eq!(r.due(start + ms(3000)), 11, "the next one at once");
         assert_eq!(r.due(start + ms(3099)), 11, "then at the old pace");
         assert_eq!(r.due(start + ms(3100)), 12);

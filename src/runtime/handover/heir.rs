@@ -6,9 +6,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
-use crate::runtime::handover::protocol::{
-    self, CarriedConn, Count, FORMAT, Inheritance, tag,
-};
+use crate::runtime::handover::protocol::{self, CarriedConn, Count, FORMAT, Inheritance, tag};
 use crate::runtime::handover::wire::{Channel, Message};
 
 /// The channel to the running process.
@@ -36,8 +34,11 @@ impl Heir {
             .then(|| protocol::read_offer(&offer.body))
             .flatten();
         let Some(format) = format else {
-            heir.refuse("the first message was not a handover offer").await;
-            return Err(invalid("the first message was not a handover offer".to_owned()));
+            heir.refuse("the first message was not a handover offer")
+                .await;
+            return Err(invalid(
+                "the first message was not a handover offer".to_owned(),
+            ));
         };
         if let Err(reason) = protocol::readable(format) {
             heir.refuse(&reason).await;
@@ -96,7 +97,10 @@ impl Heir {
             tag::END => serde_json::from_slice(&m.body)
                 .map(Err)
                 .map_err(|e| invalid(e.to_string())),
-            other => Err(invalid(format!("unexpected message {:?}", char::from(other)))),
+            other => Err(invalid(format!(
+                "unexpected message {:?}",
+                char::from(other)
+            ))),
         }
     }
 
@@ -145,7 +149,10 @@ mod tests {
         let answer = old.recv().await.unwrap();
         assert_eq!(answer.tag, tag::REFUSE);
         let reason = String::from_utf8(answer.body).unwrap();
-        assert!(reason.contains(&format!("format {}", FORMAT + 1)), "{reason}");
+        assert!(
+            reason.contains(&format!("format {}", FORMAT + 1)),
+            "{reason}"
+        );
         let err = heir.await.unwrap().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
@@ -156,7 +163,9 @@ mod tests {
         let name = rendezvous.name().to_owned();
         let heir = tokio::spawn(async move { Heir::connect(&name).await });
         let old = rendezvous.accept_from(std::process::id()).await.unwrap();
-        old.send(tag::OFFER, &protocol::offer(FORMAT), &[]).await.unwrap();
+        old.send(tag::OFFER, &protocol::offer(FORMAT), &[])
+            .await
+            .unwrap();
         let answer = old.recv().await.unwrap();
         assert_eq!(answer.tag, tag::ACCEPT);
         assert_eq!(protocol::read_accept(&answer.body), Some(FORMAT));
@@ -166,9 +175,13 @@ mod tests {
             pools: Vec::new(),
             listeners: Vec::new(),
         };
-        old.send(tag::INHERIT, &serde_json::to_vec(&inheritance).unwrap(), &[])
-            .await
-            .unwrap();
+        old.send(
+            tag::INHERIT,
+            &serde_json::to_vec(&inheritance).unwrap(),
+            &[],
+        )
+        .await
+        .unwrap();
         let (_heir, got, fds) = heir.await.unwrap().unwrap();
         assert_eq!(got, inheritance);
         assert!(fds.is_empty());

@@ -141,7 +141,10 @@ mod tests {
         let held = pipe::MAX_PIPES * pipe::PIPE_BYTES + CONNS_PER_MESSAGE * 2 * splice::CHUNK;
         // 4 bytes of JSON a held byte ("255,"), and 8 KiB a connection for the rest.
         let worst = 4 * held + CONNS_PER_MESSAGE * 8 * 1024;
-        assert!(worst < crate::runtime::handover::wire::MAX_MESSAGE, "{worst}");
+        assert!(
+            worst < crate::runtime::handover::wire::MAX_MESSAGE,
+            "{worst}"
+        );
     }
 
     #[test]

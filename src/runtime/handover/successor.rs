@@ -16,11 +16,11 @@ use tokio::time::Instant;
 
 use crate::net::freeze::Frozen;
 use crate::ops::control::UpgradeError;
+use crate::runtime::handover::ENV;
 use crate::runtime::handover::protocol::{
     self, CONNS_PER_MESSAGE, CarriedConn, Count, FORMAT, Inheritance, tag,
 };
 use crate::runtime::handover::wire::{Channel, Message, Rendezvous};
-use crate::runtime::handover::ENV;
 
 /// Starts of a binary that is busy being written before giving up, and
 /// the pause between them.
@@ -177,7 +177,12 @@ impl Successor {
         kill(&mut self.child).await;
     }
 
-    async fn send(&mut self, tag: u8, body: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), UpgradeError> {
+    async fn send(
+        &mut self,
+        tag: u8,
+        body: &[u8],
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), UpgradeError> {
         tokio::select! {
             r = self.chan.send(tag, body, fds) => r.map_err(UpgradeError::Channel),
             status = self.child.wait() => Err(exited(status)),

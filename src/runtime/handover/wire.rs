@@ -134,7 +134,8 @@ impl Channel {
             .div_ceil(chunk)
             .max(fds.len().div_ceil(FDS_PER_DATAGRAM))
             .max(1);
-        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
+        let mut space =
+            vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
         for i in 0..datagrams {
             let part = body.get(i * chunk..).unwrap_or_default();
             let part = &part[..part.len().min(chunk)];
@@ -148,7 +149,12 @@ impl Channel {
                     if !these.is_empty() && !control.push(SendAncillaryMessage::ScmRights(these)) {
                         return Err(io::Error::other("descriptor batch too large"));
                     }
-                    Ok(rustix::net::sendmsg(fd, &iov, &mut control, SendFlags::NOSIGNAL)?)
+                    Ok(rustix::net::sendmsg(
+                        fd,
+                        &iov,
+                        &mut control,
+                        SendFlags::NOSIGNAL,
+                    )?)
                 })
                 .await?;
         }
@@ -167,7 +173,8 @@ impl Channel {
     /// [`Channel::recv`] with a message body of at most `max` bytes.
     async fn recv_within(&self, max: usize) -> io::Result<Message> {
         let mut buf = vec![0u8; DATAGRAM];
-        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
+        let mut space =
+            vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
         let mut message: Option<Message> = None;
         loop {
             let mut fds = Vec::new();
@@ -176,13 +183,17 @@ impl Channel {
                 .async_io(Interest::READABLE, |fd| {
                     let mut control = RecvAncillaryBuffer::new(&mut space);
                     let mut iov = [IoSliceMut::new(&mut buf)];
-                    let got = rustix::net::recvmsg(fd, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
+                    let got =
+                        rustix::net::recvmsg(fd, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
                     for msg in control.drain() {
                         if let RecvAncillaryMessage::ScmRights(received) = msg {
                             fds.extend(received);
                         }
                     }
-                    if got.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
+                    if got
+                        .flags
+                        .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC)
+                    {
                         return Err(invalid("truncated handover datagram"));
                     }
                     Ok(got.bytes)

@@ -88,7 +88,12 @@ impl Heritage {
             }
         };
         for run in &server.pools {
-            if let Some(c) = self.inheritance.pools.iter().find(|c| c.name == run.pool.name) {
+            if let Some(c) = self
+                .inheritance
+                .pools
+                .iter()
+                .find(|c| c.name == run.pool.name)
+            {
                 run.pool.take_carried(c);
             }
         }

@@ -14,12 +14,12 @@ use tracing::{error, info};
 
 use super::BindError;
 use crate::config::PoolConfig;
+use crate::net::listener;
+use crate::net::sockopt;
+use crate::net::workers::Workers;
 use crate::pool::registry::Pool;
 use crate::runtime::handover::protocol::{CarriedListener, Owner};
 use crate::runtime::reload::Bound;
-use crate::net::workers::Workers;
-use crate::net::listener;
-use crate::net::sockopt;
 
 /// One bound listen address of a pool.
 pub(super) struct Listen {
@@ -69,7 +69,9 @@ pub(super) fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, work
             match listener.try_clone() {
                 Ok(kept) => l.kept.push(kept),
                 // Only a live upgrade needs it, and it checks.
-                Err(e) => error!(pool = %run.pool.name, listen = %l.local, err = %e, "listener_dup_failed"),
+                Err(e) => {
+                    error!(pool = %run.pool.name, listen = %l.local, err = %e, "listener_dup_failed")
+                }
             }
             let (pool, token, shared2) = (run.pool.clone(), l.token.clone(), shared.clone());
             let local = l.local;
@@ -121,7 +123,10 @@ pub(super) struct Inherited {
 
 impl Inherited {
     /// The sockets of `carried`, taken from `fds` in order.
-    pub(super) fn new(carried: Vec<CarriedListener>, fds: Vec<OwnedFd>) -> Result<Inherited, String> {
+    pub(super) fn new(
+        carried: Vec<CarriedListener>,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Inherited, String> {
         let mut fds = fds.into_iter();
         let mut listeners = Vec::new();
         for c in carried {

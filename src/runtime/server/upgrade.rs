@@ -7,8 +7,8 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
-use std::task::{Context, Waker};
 use std::sync::atomic::Ordering;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process};
@@ -46,7 +46,10 @@ impl Server {
                 duration_ms,
                 "upgraded"
             ),
-            Err(err) => error!(reason = err.to_string().as_str(), duration_ms, "upgrade_failed"),
+            Err(err) => error!(
+                reason = err.to_string().as_str(),
+                duration_ms, "upgrade_failed"
+            ),
         }
         result
     }
