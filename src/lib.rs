@@ -23,24 +23,28 @@ pub mod config;
 pub mod sim;
 
 // The layers between are the crate's own. The `internals` feature opens
-// them to bench/loadgen's micro-benchmarks; it is not an API.
-macro_rules! layers {
-    ($($(#[$doc:meta])* $name:ident;)*) => {$(
-        $(#[$doc])*
-        #[cfg(feature = "internals")]
-        pub mod $name;
-        $(#[$doc])*
-        #[cfg(not(feature = "internals"))]
-        mod $name;
-    )*};
-}
-layers! {
-    net;
-    ops;
-    pool;
-    probe;
-    runtime;
-}
+// them to bench/loadgen's micro-benchmarks; it is not an API. Each is
+// declared twice, not by a macro, so that rustfmt follows every module.
+#[cfg(feature = "internals")]
+pub mod net;
+#[cfg(not(feature = "internals"))]
+mod net;
+#[cfg(feature = "internals")]
+pub mod ops;
+#[cfg(not(feature = "internals"))]
+mod ops;
+#[cfg(feature = "internals")]
+pub mod pool;
+#[cfg(not(feature = "internals"))]
+mod pool;
+#[cfg(feature = "internals")]
+pub mod probe;
+#[cfg(not(feature = "internals"))]
+mod probe;
+#[cfg(feature = "internals")]
+pub mod runtime;
+#[cfg(not(feature = "internals"))]
+mod runtime;
 
 pub mod inspect;
 #[cfg(test)]
