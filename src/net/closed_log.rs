@@ -1,9 +1,9 @@
 //! The `closed` event, folded for a flood: a connection its client or node
-//! ended with not a byte carried either way is one of many in a
-//! connect-and-reset flood, so per pool and reason at most `fold::LIMIT` of them are logged
-//! in full per second, then one `closed` summary line (`pool`, `reason`,
-//! `suppressed`) per second while it lasts. Every other connection's
-//! `closed` line is logged in full, always.
+//! ended after carrying nothing, or within a second of its start, is one of
+//! many in a connect-and-reset flood, so per pool and reason at most
+//! `fold::LIMIT` of them are logged in full per second, then one `closed`
+//! summary line (`pool`, `reason`, `suppressed`) per second while it lasts.
+//! Every other connection's `closed` line is logged in full, always.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +14,10 @@ use tracing::info;
 
 use crate::pool::close::CloseReason;
 use crate::pool::registry::Pool;
+
+/// A connection that ended within this of its start may be one of a
+/// flood's, whatever it carried.
+pub const SHORT: Duration = Duration::from_secs(1);
 
 /// One connection's end, as its `closed` event shows it.
 pub struct Closed<'a> {
@@ -38,11 +42,12 @@ pub struct Closed<'a> {
 impl Closed<'_> {
     /// Ended by its client or node (or no node took it) with nothing
     /// carried, however long that took (a flood fills the nodes' accept
-    /// backlogs, so its connects can take seconds): one of a flood's many.
-    /// A connection that moved a byte is a client's session and keeps its
-    /// line; the proxy's own
-    /// closes (drains, rebalancing, reloads, shutdown, an operator's) are
-    /// bounded by the connections it holds, and always logged.
+    /// backlogs, so its connects can take seconds), or within
+    /// [`SHORT`] of its start whatever it carried (a flood that sends a
+    /// byte and resets): one of a flood's many. A session that carried
+    /// bytes for longer keeps its line, and the proxy's own closes
+    /// (drains, rebalancing, reloads, shutdown, an operator's) are bounded
+    /// by the connections it holds, and always logged.
     fn foldable(&self) -> bool {
         let by_peer = matches!(
             self.reason,
@@ -53,7 +58,8 @@ impl Closed<'_> {
                 | CloseReason::NoBackend
                 | CloseReason::LocalResources
         );
-        by_peer && self.bytes_up == 0 && self.bytes_down == 0
+        let silent = self.bytes_up == 0 && self.bytes_down == 0;
+        by_peer && (silent || self.duration < SHORT)
     }
 }
 

@@ -1,8 +1,9 @@
 //! A flood of clients that connect and reset at once does not flood the
 //! log: their `closed` lines are folded per pool and reason (a few in full
 //! a second, then one summary line a second with the number left out),
-//! every one is accounted for, and a connection that carried bytes still
-//! gets its own full line.
+//! every one is accounted for, also when each sends a byte before its
+//! reset, and a connection that carried bytes for longer than a second
+//! still gets its own full line.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,16 @@ fn closed_lines(events: &[Value]) -> (Vec<Value>, Vec<Value>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_and_reset_flood_is_folded_into_counts() {
+    flood_is_folded(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_that_sends_a_byte_and_resets_is_folded_too() {
+    flood_is_folded(b"x").await;
+}
+
+/// `FLOOD` clients each send `payload`, read its echo and reset.
+async fn flood_is_folded(payload: &'static [u8]) {
     let node = Node::echo().await;
     let proxy = Proxy::start(&format!(
         "log: {{ level: info, format: json }}\n\
@@ -49,7 +60,14 @@ async fn a_connect_and_reset_flood_is_folded_into_counts() {
         .map(|w| {
             tokio::spawn(async move {
                 for _ in (w..FLOOD).step_by(PARALLEL) {
-                    let c = TcpStream::connect(addr).await.unwrap();
+                    let mut c = TcpStream::connect(addr).await.unwrap();
+                    if !payload.is_empty() {
+                        c.write_all(payload).await.unwrap();
+                        let mut echo = vec![0u8; payload.len()];
+                        within("flood echo", T, c.read_exact(&mut echo))
+                            .await
+                            .unwrap();
+                    }
                     // Reset, not FIN: what a flood tool does.
                     socket2::SockRef::from(&c)
                         .set_linger(Some(Duration::ZERO))
@@ -110,7 +128,8 @@ async fn a_connect_and_reset_flood_is_folded_into_counts() {
     assert!(line["duration_ms"].as_u64() >= Some(1000), "{line}");
     assert_eq!(line["reason"], "client_closed", "{line}");
     println!(
-        "FIGURE closed: {FLOOD} connect-and-reset clients in {:?} logged as {} lines + {} summaries",
+        "FIGURE closed: {FLOOD} connect-and-reset clients sending {} bytes in {:?} logged as {} lines + {} summaries",
+        payload.len(),
         started.elapsed(),
         shown.len(),
         summaries.len()
