@@ -33,4 +33,5 @@ mod spread;
 mod stall;
 mod stall_rule;
 mod state;
+mod trace;
 mod upgrade;
