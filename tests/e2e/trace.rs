@@ -32,7 +32,7 @@ const TIMED: &[&str] = &["probe", "probe_failed", "probe_ok", "health", "tick"];
 /// script's own polling.
 fn scripted(e: &Value) -> bool {
     let message = e["message"].as_str().unwrap_or("");
-    !TIMED.contains(&message) && !(message == "admin_request" && e["method"] == "GET")
+    !TIMED.contains(&message) && (message != "admin_request" || e["method"] != "GET")
 }
 
 /// Replaces what differs between runs of one tree with placeholders.
