@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod man;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -345,40 +347,8 @@ fn print_completions(shell: CompletionShell) -> anyhow::Result<()> {
     write_stdout(&script)
 }
 
-/// One page for every command: each command's synopsis, description and
-/// options are a subsection of COMMANDS, where `Man::render` would point
-/// to `pin-proxy-<command>(1)` pages that are not shipped.
 fn print_man() -> anyhow::Result<()> {
-    let mut cli = Cli::command().disable_help_subcommand(true);
-    cli.build();
-    let man = clap_mangen::Man::new(cli.clone());
-    let mut page = Vec::new();
-    man.render_title(&mut page)?;
-    man.render_name_section(&mut page)?;
-    man.render_synopsis_section(&mut page)?;
-    man.render_description_section(&mut page)?;
-    man.render_options_section(&mut page)?;
-    page.extend_from_slice(b".SH COMMANDS\n");
-    for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = sub.get_bin_name().unwrap_or_else(|| sub.get_name());
-        page.extend_from_slice(format!(".SS \"{name}\"\n").as_bytes());
-        let sub = clap_mangen::Man::new(sub.clone());
-        let mut section = Vec::new();
-        sub.render_synopsis_section(&mut section)?;
-        section.extend_from_slice(b".PP\n");
-        sub.render_description_section(&mut section)?;
-        sub.render_options_section(&mut section)?;
-        // Their own `.SH` headings would end COMMANDS; the string
-        // definitions each rendering starts with are in the page already.
-        let nested = section.split_inclusive(|b| *b == b'\n').filter(|line| {
-            ![&b".SH "[..], b".ie ", b".el "]
-                .iter()
-                .any(|p| line.starts_with(p))
-        });
-        page.extend(nested.flatten());
-    }
-    man.render_version_section(&mut page)?;
-    write_stdout(&page)
+    write_stdout(&man::page(Cli::command())?)
 }
 
 /// A reader that stopped early (`| head`) is not an error.

@@ -1,7 +1,8 @@
 //! The typed, validated configuration: what `config.yaml` means once parsed.
 //!
-//! Parsing, default merging and validation live in `parse`; the printed
-//! summary of `pin-proxy check` lives in [`describe`]. Every value here is
+//! Parsing, default merging and validation live in `parse`, with the list
+//! of every key the man page prints ([`keys`]); the printed summary of
+//! `pin-proxy check` lives in [`describe`]. Every value here is
 //! final: no `Option` stands for "use the default".
 //!
 //! Layer: the ground. Uses nothing else of the crate; everything uses it.
@@ -22,8 +23,8 @@ use std::time::Duration;
 pub use describe::{describe, warnings};
 pub use discover::{DiscoverConfig, DiscoverQuery, DiscoveryConfig, Found, ProbeTemplate};
 pub use ipnet::IpNet;
-pub use parse::ConfigError;
 pub(crate) use parse::default_probe_url;
+pub use parse::{ConfigError, KeyGroup, keys};
 pub use span::{Span, span};
 
 /// The whole configuration file.

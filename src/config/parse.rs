@@ -7,6 +7,7 @@ mod compat;
 mod discover;
 mod error;
 mod hosts;
+mod keys;
 mod locate;
 mod own;
 mod raw;
@@ -26,6 +27,7 @@ use ipnet::IpNet;
 
 pub use error::ConfigError;
 use error::{Invalid, invalid};
+pub use keys::{KeyGroup, keys};
 use raw::{
     Merge, Network, RawDiscovery, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe,
     RawQuarantine, RawSettings, RawStallRule,

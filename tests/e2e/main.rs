@@ -22,6 +22,7 @@ mod faults_soak;
 mod fuzz_corpus;
 mod health;
 mod lifecycle;
+mod man_page;
 mod monitoring;
 mod rejected_fold;
 mod reload;

@@ -369,7 +369,7 @@ pub(super) struct RawBackend {
 /// The long form, derived so that an unknown key is an error naming the path.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LongBackend {
+pub(super) struct LongBackend {
     name: Option<BackendName>,
     addr: Option<HostPort>,
     discover: Option<DiscoverTarget>,

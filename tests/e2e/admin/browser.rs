@@ -6,7 +6,11 @@
 //!
 //! The screenshot test leaves `status-page.png` (wide) and
 //! `status-page-phone.png` in `$PIN_PROXY_SCREENSHOTS` when that is set;
-//! `docs/status-page.png` is the wide one.
+//! `docs/status-page.png` is the wide one. A lag quarantine that ends in a
+//! catch-up is in `browser_lag.rs`.
+
+#[path = "browser_lag.rs"]
+mod lag;
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
