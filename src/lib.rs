@@ -56,7 +56,7 @@ pub use runtime::{limits, logging};
 use std::future::Future;
 
 pub use net::listener::BindError;
-pub use runtime::server::{Heritage, Server};
+pub use runtime::server::{Server, Takeover};
 
 /// Bind and serve `config` until `shutdown` resolves.
 ///

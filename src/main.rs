@@ -440,16 +440,16 @@ fn run(config: Config, path: PathBuf) -> anyhow::Result<()> {
     );
     let result = runtime()?.block_on(async {
         let shutdown = shutdown_signal()?;
-        match pin_proxy::Heritage::from_env().await? {
+        match pin_proxy::Takeover::from_env().await? {
             None => {
                 let server = pin_proxy::Server::bind_file(config, Some(path))?;
                 on_signals(server.control())?;
                 server.run(shutdown).await;
             }
-            Some(heritage) => {
-                let (server, heritage) = heritage.into_server(config, path).await?;
+            Some(takeover) => {
+                let (server, takeover) = takeover.into_server(config, path).await?;
                 on_signals(server.control())?;
-                server.run_inherited(shutdown, heritage).await;
+                server.run_taken_over(shutdown, takeover).await;
             }
         }
         anyhow::Ok(())

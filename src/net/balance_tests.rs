@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use super::*;
 use crate::config::Config;
-use crate::net::freeze::Freezer;
+use crate::net::handover::HandoverQueue;
 use crate::net::listener::{Shared, accept_loop};
 use crate::net::workers::Workers;
 use crate::pool::registry::Pool;
@@ -52,7 +52,7 @@ async fn clients_accepted_on_one_loop_are_served_on_both() {
         tracker: TaskTracker::new(),
         slots: Arc::new(Semaphore::new(1000)),
         rejects: Arc::default(),
-        freezer: Freezer::default(),
+        handovers: HandoverQueue::default(),
         loops: loops.clone(),
     };
     // One plain socket, accepted on worker 0 alone: the kernel has no

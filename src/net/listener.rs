@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::IpNet;
 use crate::net::balance::Loops;
-use crate::net::freeze::Freezer;
+use crate::net::handover::HandoverQueue;
 use crate::net::reject_fold::{Reject, RejectLog};
 use crate::net::session;
 use crate::net::sockopt;
@@ -76,7 +76,7 @@ pub struct Shared {
     /// Folds floods of `rejected` events.
     pub rejects: Arc<RejectLog>,
     /// Where sessions put their connections when a live upgrade takes them.
-    pub freezer: Freezer,
+    pub handovers: HandoverQueue,
     /// The data workers' loops, so a busy one can pass a client on.
     pub loops: Loops,
 }
@@ -196,7 +196,7 @@ fn admit(
                     peer,
                     conn,
                     (admission, slot),
-                    shared.freezer.clone(),
+                    shared.handovers.clone(),
                 );
                 shared.tracker.spawn_on(moved, other);
             }
@@ -213,7 +213,7 @@ fn admit(
         peer,
         conn,
         (admission, slot),
-        shared.freezer.clone(),
+        shared.handovers.clone(),
     ));
 }
 

@@ -9,7 +9,7 @@
 pub mod balance;
 pub mod closed_log;
 pub mod connect;
-pub mod freeze;
+pub mod handover;
 pub mod listener;
 pub mod pipe;
 pub mod reject_fold;

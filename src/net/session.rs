@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::net::closed_log::{self, Closed};
 use crate::net::connect::{self, ConnectError};
-use crate::net::freeze::{ConnMeta, Freezer, Frozen};
+use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue};
 use crate::net::sockopt;
 use crate::net::splice;
 use crate::net::splice::SpliceState;
@@ -22,7 +22,7 @@ use crate::pool::close::{CloseReason, Closer};
 use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 
 /// Serve one accepted client until it closes, or until a live upgrade
-/// takes it (then its sockets go to `freezer`, open).
+/// takes it (then its sockets go to `handovers`, open).
 ///
 /// The client socket arrives tuned (the listener's options are inherited).
 /// This is the connection's task, so what it holds across the splice is what
@@ -36,7 +36,7 @@ pub fn serve(
     // Held for the connection's life: its place under `max_connections` and
     // in the process's descriptor budget.
     admission: (Admission, OwnedSemaphorePermit),
-    freezer: Freezer,
+    handovers: HandoverQueue,
 ) -> impl Future<Output = ()> + Send + 'static {
     let started = Instant::now();
     let closer = Arc::new(Closer::new());
@@ -52,7 +52,7 @@ pub fn serve(
             };
         let mut spliced = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer);
         let out = (&mut spliced).await;
-        let frozen = (out.reason == CloseReason::Handover).then(|| spliced.freeze());
+        let handed = (out.reason == CloseReason::Handover).then(|| spliced.hand_over());
         let ends = Ends {
             pool: &pool,
             target: &target,
@@ -60,7 +60,13 @@ pub fn serve(
             peer,
             started,
         };
-        ends.finish(out, frozen, (client, backend), &freezer, (lease, admission));
+        ends.finish(
+            out,
+            handed,
+            (client, backend),
+            &handovers,
+            (lease, admission),
+        );
     }
 }
 
@@ -73,32 +79,32 @@ pub async fn serve_moved(
     peer: SocketAddr,
     conn: ConnId,
     admission: (Admission, OwnedSemaphorePermit),
-    freezer: Freezer,
+    handovers: HandoverQueue,
 ) {
     match TcpStream::from_std(client) {
-        Ok(client) => serve(pool, client, peer, conn, admission, freezer).await,
+        Ok(client) => serve(pool, client, peer, conn, admission, handovers).await,
         Err(err) => {
             warn!(pool = %pool.name, conn, client = %peer, err = %err, "handoff_failed");
         }
     }
 }
 
-/// Go on with a connection frozen by a live upgrade (in this process or
+/// Go on with a connection handed over by a live upgrade (in this process or
 /// the one before it), where its splice stood. It is registered on its
 /// backend at once (so drains and `/status` see it before it runs); the
 /// future splices it on. `None`, after its `closed` event, when its
 /// backend is gone from the pool: it is closed, as a reload closes it.
 pub fn resume(
     pool: Arc<Pool>,
-    frozen: Frozen,
+    handed: HandedConn,
     slot: OwnedSemaphorePermit,
-    freezer: Freezer,
+    handovers: HandoverQueue,
 ) -> Option<impl Future<Output = ()> + Send + 'static> {
-    let Frozen {
+    let HandedConn {
         meta,
         client,
         backend_socket,
-    } = frozen;
+    } = handed;
     let ConnMeta {
         conn,
         backend: name,
@@ -110,7 +116,7 @@ pub fn resume(
     } = meta;
     let age = SystemTime::now().duration_since(wall).unwrap_or_default();
     let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-    let closer = Arc::new(Closer::carried(state.up.moved, state.down.moved));
+    let closer = Arc::new(Closer::handed(state.up.moved, state.down.moved));
     let entry = ConnEntry {
         client: peer,
         started: wall,
@@ -149,7 +155,7 @@ pub fn resume(
             state,
         );
         let out = (&mut spliced).await;
-        let frozen = (out.reason == CloseReason::Handover).then(|| spliced.freeze());
+        let handed = (out.reason == CloseReason::Handover).then(|| spliced.hand_over());
         let ends = Ends {
             pool: &pool,
             target: &target,
@@ -157,7 +163,13 @@ pub fn resume(
             peer,
             started,
         };
-        ends.finish(out, frozen, (client, backend), &freezer, (lease, admission));
+        ends.finish(
+            out,
+            handed,
+            (client, backend),
+            &handovers,
+            (lease, admission),
+        );
     })
 }
 
@@ -172,15 +184,15 @@ struct Ends<'a> {
 
 impl Ends<'_> {
     /// After the splice: hand the connection to the upgrade when it was
-    /// frozen for one, else judge and log its end. `held` (its lease and
+    /// handed over for one, else judge and log its end. `held` (its lease and
     /// admission) is let go after the handover, or before the `closed`
     /// event, so whoever reads that event sees the registry without it.
     fn finish(
         &self,
         out: splice::Outcome,
-        frozen: Option<SpliceState>,
+        handed: Option<SpliceState>,
         sockets: (TcpStream, TcpStream),
-        freezer: &Freezer,
+        handovers: &HandoverQueue,
         held: impl Sized,
     ) {
         let Ends {
@@ -190,8 +202,8 @@ impl Ends<'_> {
             peer,
             started,
         } = *self;
-        if let Some(state) = frozen {
-            match self.freeze(state, sockets, freezer) {
+        if let Some(state) = handed {
+            match self.hand_over(state, sockets, handovers) {
                 Ok(()) => return drop(held),
                 Err(err) => {
                     warn!(pool = %pool.name, conn, client = %peer, err = err.as_str(), "handover_missed");
@@ -220,14 +232,14 @@ impl Ends<'_> {
 
     /// Take both sockets out of this event loop and give them to the
     /// upgrade; on failure they are closed (dropped) by the caller's return.
-    fn freeze(
+    fn hand_over(
         &self,
         splice: SpliceState,
         (client, backend): (TcpStream, TcpStream),
-        freezer: &Freezer,
+        handovers: &HandoverQueue,
     ) -> Result<(), String> {
         let age = self.started.elapsed();
-        let frozen = Frozen {
+        let handed = HandedConn {
             meta: ConnMeta {
                 conn: self.conn,
                 pool: self.pool.name.clone(),
@@ -242,8 +254,8 @@ impl Ends<'_> {
             client: client.into_std().map_err(|e| e.to_string())?,
             backend_socket: backend.into_std().map_err(|e| e.to_string())?,
         };
-        freezer
-            .take(frozen)
+        handovers
+            .take(handed)
             .map_err(|_| "the upgrade no longer collects connections".to_owned())
     }
 }

@@ -93,7 +93,7 @@ pub fn splice<'a>(
 }
 
 /// Splice from where `state` says an earlier splice of the same two
-/// sockets stood (see [`Splice::freeze`]): its counts go on, its unwritten
+/// sockets stood (see [`Splice::hand_over`]): its counts go on, its unwritten
 /// bytes are written first, and a direction that had ended stays ended.
 pub fn resume<'a>(
     client: &'a TcpStream,
@@ -167,7 +167,7 @@ impl From<DirState> for Dir {
 }
 
 impl Dir {
-    fn freeze(&mut self) -> DirState {
+    fn hand_over(&mut self) -> DirState {
         let mut held = self
             .held
             .take()
@@ -194,10 +194,10 @@ impl Splice<'_> {
     /// The state to resume from, once this splice has ended for a
     /// [`CloseReason::Handover`] (it stops before touching either socket
     /// in that poll, so the state is exact).
-    pub fn freeze(mut self) -> SpliceState {
+    pub fn hand_over(mut self) -> SpliceState {
         SpliceState {
-            up: self.up.freeze(),
-            down: self.down.freeze(),
+            up: self.up.hand_over(),
+            down: self.down.hand_over(),
             first_eof: self.first_eof,
         }
     }

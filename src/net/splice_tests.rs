@@ -1,4 +1,4 @@
-//! A splice frozen with bytes held for a slow receiver (or in its pipe)
+//! A splice handed over with bytes held for a slow receiver (or in its pipe)
 //! resumes exactly:
 //! the held bytes first, the counts carried, nothing lost or repeated.
 
@@ -63,13 +63,13 @@ async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
     closer.close(CloseReason::Handover);
     let out = (&mut spliced).await;
     assert_eq!(out.reason, CloseReason::Handover);
-    let state = spliced.freeze();
+    let state = spliced.hand_over();
     assert!(!state.down.held.is_empty(), "bytes were held at the freeze");
     assert!(!state.down.done && !state.up.done);
     let before = state.down.moved;
 
     // A new closer, as the new process makes one; the same sockets.
-    let closer = Closer::carried(state.up.moved, state.down.moved);
+    let closer = Closer::handed(state.up.moved, state.down.moved);
     let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
     let reader = async {
         let mut got = vec![0u8; LEN];
@@ -164,7 +164,7 @@ async fn piped() -> Option<(TcpStream, TcpStream, TcpStream, TcpStream)> {
 }
 
 /// A bulk direction moves through a lent pipe (`splice(2)`), and a
-/// splice frozen with bytes in that pipe carries them as held bytes: the
+/// splice handed over with bytes in that pipe carries them as held bytes: the
 /// resumed splice (another process, which has no such pipe) writes them
 /// first, nothing lost or repeated.
 #[tokio::test]
@@ -199,10 +199,10 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
     .await;
     closer.close(CloseReason::Handover);
     assert_eq!((&mut spliced).await.reason, CloseReason::Handover);
-    let state = spliced.freeze();
+    let state = spliced.hand_over();
     assert!(!state.down.held.is_empty(), "the pipe's bytes are carried");
 
-    let closer = Closer::carried(state.up.moved, state.down.moved);
+    let closer = Closer::handed(state.up.moved, state.down.moved);
     let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
     let reader = async {
         let mut got = vec![0u8; LEN];

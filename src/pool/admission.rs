@@ -196,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn carried_clients_count_toward_their_source() {
+    fn handed_over_clients_count_toward_their_source() {
         let pool = pool("    max_connections_per_source: 1\n");
         let _carried = pool.admit_carried(ip("10.0.0.1"));
         assert_eq!(

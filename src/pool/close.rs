@@ -146,9 +146,9 @@ impl Closer {
         self.state.load(Ordering::Acquire) == SPLICED
     }
 
-    /// A closer for a connection carried over from another process, with
+    /// A closer for a connection handed over by another process, with
     /// the bytes it had moved there.
-    pub fn carried(bytes_up: u64, bytes_down: u64) -> Closer {
+    pub fn handed(bytes_up: u64, bytes_down: u64) -> Closer {
         Closer {
             bytes_up: AtomicU64::new(bytes_up),
             bytes_down: AtomicU64::new(bytes_down),

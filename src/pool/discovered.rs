@@ -67,13 +67,13 @@ pub struct LookupChange {
 /// One entry's members as a live upgrade carries them: each with how long
 /// ago a successful answer last named it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CarriedSource {
+pub struct HandedSource {
     /// The entry's name.
     pub name: String,
     /// What it looks up (as written in the config).
     pub query: String,
     /// Its members.
-    pub members: Vec<CarriedMember>,
+    pub members: Vec<HandedMember>,
     /// Its lookups so far: succeeded, failed (counters go on across the
     /// upgrade; absent from an older process: from zero).
     #[serde(default)]
@@ -82,7 +82,7 @@ pub struct CarriedSource {
 
 /// One carried member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CarriedMember {
+pub struct HandedMember {
     /// What the lookup found.
     pub found: Found,
     /// Milliseconds since a successful answer last named it.
@@ -246,19 +246,19 @@ impl Pool {
     }
 
     /// Each discover entry's members, for a live upgrade to carry.
-    pub fn carry_sources(&self) -> Vec<CarriedSource> {
+    pub fn hand_over_sources(&self) -> Vec<HandedSource> {
         let now = Instant::now();
         self.backends()
             .sources
             .iter()
-            .map(|s| CarriedSource {
+            .map(|s| HandedSource {
                 name: s.config.name.clone(),
                 query: s.config.query.to_string(),
                 lookups: s.lookups,
                 members: s
                     .members
                     .values()
-                    .map(|(found, seen, missing)| CarriedMember {
+                    .map(|(found, seen, missing)| HandedMember {
                         found: found.clone(),
                         seen_ms_ago: ms_ago(now, *seen),
                         missing_ms_ago: missing.map(|at| ms_ago(now, at)),
@@ -271,7 +271,7 @@ impl Pool {
     /// Take the members an upgrade carried for the entries this config
     /// still has (same name, same lookup); returns how many. Run before
     /// the health records are put back, which find them by name.
-    pub fn take_carried_sources(&self, carried: &[CarriedSource]) -> usize {
+    pub fn take_carried_sources(&self, carried: &[HandedSource]) -> usize {
         let config = self.config();
         let now = Instant::now();
         let mut m = self.backends();

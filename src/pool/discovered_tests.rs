@@ -255,7 +255,7 @@ async fn an_upgrade_carries_members_with_their_records() {
     time::advance(Duration::from_secs(4)).await;
     old.apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
-    let carried = old.carry();
+    let carried = old.hand_over();
     let json = serde_json::to_string(&carried).unwrap();
     let carried = serde_json::from_str(&json).unwrap();
 

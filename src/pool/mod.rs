@@ -13,11 +13,11 @@
 
 pub mod admission;
 pub mod apply;
-pub mod carry;
 pub mod close;
 pub mod discovered;
 pub mod drain;
 pub mod fold;
+pub mod handed;
 pub mod health;
 pub mod lag;
 pub mod lag_detail;

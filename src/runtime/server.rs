@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 use crate::config::{AdminConfig, Config};
 use crate::net::balance::Loops;
 use crate::net::closed_log;
-use crate::net::freeze::Freezer;
+use crate::net::handover::HandoverQueue;
 use crate::net::listener::{self, BindError};
 use crate::net::sockopt;
 use crate::net::workers::Workers;
@@ -44,14 +44,14 @@ use crate::runtime::rebalance;
 use crate::runtime::reload::{self, ReloadPlan};
 use crate::runtime::state_file;
 
-mod inherit;
 mod listen;
+mod take_over;
 mod upgrade;
 
-pub use inherit::Heritage;
 use listen::{
-    Inherited, Listen, PoolRun, adopt, bind_all, bound_addrs, reconfigure, start_accepting,
+    Listen, PoolRun, TakenListeners, adopt, bind_all, bound_addrs, reconfigure, start_accepting,
 };
+pub use take_over::Takeover;
 
 /// How long shutdown waits for connections to finish closing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -111,7 +111,7 @@ impl Server {
     /// # Errors
     /// The first address that cannot be bound.
     pub fn bind_file(config: Config, path: Option<PathBuf>) -> anyhow::Result<Server> {
-        let server = Server::start(config, path, Inherited::default(), 0, 1)?;
+        let server = Server::start(config, path, TakenListeners::default(), 0, 1)?;
         // Before ready: a supervisor that waits for the file finds it.
         if let Some(file) = &server.config.pid_file {
             pid_file::write(file, std::process::id())
@@ -120,12 +120,12 @@ impl Server {
         Ok(server)
     }
 
-    /// Bind what `inherited` does not bring, for a process of `generation`
+    /// Bind what `taken_listeners` does not bring, for a process of `generation`
     /// whose connection ids start at `next_conn`.
     fn start(
         config: Config,
         path: Option<PathBuf>,
-        mut inherited: Inherited,
+        mut taken_listeners: TakenListeners,
         generation: u64,
         next_conn: u64,
     ) -> anyhow::Result<Server> {
@@ -137,7 +137,7 @@ impl Server {
             .pools
             .iter()
             .map(|pc| {
-                let listens = bind_all(pc, &pc.listen, workers.count(), &mut inherited, &[])?;
+                let listens = bind_all(pc, &pc.listen, workers.count(), &mut taken_listeners, &[])?;
                 let pool = Pool::new(pc.clone(), root.child_token())
                     .with_own(own.clone())
                     .with_changes(changes.clone());
@@ -156,7 +156,7 @@ impl Server {
         let (admin, admin_kept) = match &config.admin {
             Some(a) => {
                 let failed = |e| BindError::new("admin", a.listen, e);
-                let std = match inherited.take(&Owner::Admin, a.listen) {
+                let std = match taken_listeners.take(&Owner::Admin, a.listen) {
                     Some((_, mut sockets)) if !sockets.is_empty() => sockets.swap_remove(0),
                     _ => sockopt::bind_std(a.listen, None, false).map_err(failed)?,
                 };
@@ -190,7 +190,7 @@ impl Server {
                 tracker: tracker.clone(),
                 slots,
                 rejects: Arc::default(),
-                freezer: Freezer::default(),
+                handovers: HandoverQueue::default(),
                 loops: Loops::new(workers.handles()),
             },
             root,
@@ -232,14 +232,14 @@ impl Server {
         self.serve(shutdown, None).await;
     }
 
-    /// [`Server::run`], for the new process of an upgrade: `heritage` brings
+    /// [`Server::run`], for the new process of an upgrade: `takeover` brings
     /// the connections once this one serves.
-    async fn serve(mut self, shutdown: impl Future<Output = ()>, heritage: Option<Heritage>) {
+    async fn serve(mut self, shutdown: impl Future<Output = ()>, takeover: Option<Takeover>) {
         let prober = Prober::new(self.tracker.clone(), self.root.clone());
         let firsts: Vec<_> = (0..self.pools.len())
             .filter_map(|i| self.start_tasks(i, &prober))
             .collect();
-        if heritage.is_none() && !firsts.is_empty() {
+        if takeover.is_none() && !firsts.is_empty() {
             // Discovered members before the first client, within a bound:
             // a DNS outage at start-up delays serving, never stops it.
             let all = all_done(firsts);
@@ -267,9 +267,9 @@ impl Server {
             );
             self.tracker.spawn(writer)
         });
-        match heritage {
-            Some(heritage) => {
-                self.take_connections(heritage).await;
+        match takeover {
+            Some(takeover) => {
+                self.take_connections(takeover).await;
                 self.rewrite_pid_file();
             }
             None => notify::ready(),
@@ -415,7 +415,7 @@ impl Server {
                 pc,
                 wanted,
                 self.workers.count(),
-                &mut Inherited::default(),
+                &mut TakenListeners::default(),
                 &own,
             )
             .map_err(ReloadError::Bind)?;

@@ -45,7 +45,7 @@ async fn main() -> anyhow::Result<()> {
         peer,
         1,
         (admission, slot),
-        pin_proxy::net::freeze::Freezer::default(),
+        pin_proxy::net::handover::HandoverQueue::default(),
     );
     println!(
         "| `session::serve` (the task's future) | {} |",

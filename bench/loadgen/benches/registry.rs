@@ -133,6 +133,7 @@ fn candidates(backends: usize, conns: usize) -> Vec<Candidate> {
             live: conns / backends,
             last_failure: None,
             tried: false,
+            refused: false,
         })
         .collect()
 }

@@ -1,11 +1,11 @@
 //! Live upgrade: hand every listener, every spliced connection and the
 //! health state to a new process over a Unix socket, so no client notices.
-//! `successor` is the running process's side, `heir` the new one's,
+//! `old_side` is the running process's side, `new_side` the new one's,
 //! `protocol` what they say to each other, `wire` how.
 
-pub mod heir;
+pub mod new_side;
+pub mod old_side;
 pub mod protocol;
-pub mod successor;
 pub mod wire;
 
 /// The environment variable that tells a new process where to find the

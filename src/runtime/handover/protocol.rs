@@ -1,17 +1,17 @@
-//! What the running process and its successor say over the handover
+//! What the running process and the new process say over the handover
 //! channel, in order:
 //!
 //! 1. old → new `OFFER`: a fixed magic and the format number. This first
 //!    message never changes shape, so any build can read any build's.
 //! 2. new → old `ACCEPT` (the format it will read) or `REFUSE` (a reason):
 //!    a build that cannot read the format refuses before anything moves.
-//! 3. old → new `INHERIT`: [`Inheritance`] (generation, next connection
-//!    id, each pool's carried state, the listeners) as JSON, with every
+//! 3. old → new `HANDOVER`: [`Handover`] (generation, next connection
+//!    id, each pool's handed over state, the listeners) as JSON, with every
 //!    listening socket attached.
 //! 4. new → old `READY` once it serves (listeners adopted, new ones bound,
 //!    health restored), or `REFUSE`. Until here nothing has moved: on any
 //!    failure the old process just carries on.
-//! 5. old → new `CONNS` batches ([`CarriedConn`]s as JSON, client and
+//! 5. old → new `CONNS` batches ([`ConnMeta`]s as JSON, client and
 //!    backend socket of each attached), then `END` with the count.
 //! 6. new → old `ADOPTED` with the count; the old process exits.
 
@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pool::carry::CarriedPool;
+use crate::pool::handed::HandedPool;
 use crate::pool::registry::ConnId;
 
 /// The format this build sends and reads.
@@ -35,11 +35,11 @@ pub mod tag {
     pub const ACCEPT: u8 = b'A';
     /// Either way: a reason (UTF-8); the upgrade stops.
     pub const REFUSE: u8 = b'R';
-    /// Old → new: [`super::Inheritance`] + listening sockets.
-    pub const INHERIT: u8 = b'I';
+    /// Old → new: [`super::Handover`] + listening sockets.
+    pub const HANDOVER: u8 = b'I';
     /// New → old: serving.
     pub const READY: u8 = b'Y';
-    /// Old → new: [`super::CarriedConn`]s + their sockets.
+    /// Old → new: [`super::ConnMeta`]s + their sockets.
     pub const CONNS: u8 = b'C';
     /// Old → new: [`super::Count`] of connections sent.
     pub const END: u8 = b'E';
@@ -86,20 +86,20 @@ pub fn readable(format: u32) -> Result<(), String> {
 
 /// What the new process takes over besides connections.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Inheritance {
+pub struct Handover {
     /// The old process's generation (the new one is one more).
     pub generation: u64,
     /// The next connection id the old process would have given.
     pub next_conn: ConnId,
-    /// Each pool's carried state.
-    pub pools: Vec<CarriedPool>,
+    /// Each pool's handed over state.
+    pub pools: Vec<HandedPool>,
     /// The listening sockets, in the order they are attached.
-    pub listeners: Vec<CarriedListener>,
+    pub listeners: Vec<HandedListener>,
 }
 
 /// One listen address and its sockets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CarriedListener {
+pub struct HandedListener {
     /// `admin` for the admin endpoint, else the pool's name.
     pub owner: Owner,
     /// As configured (`127.0.0.1:0` stays `:0`): what the new config is
@@ -122,7 +122,7 @@ pub enum Owner {
 }
 
 /// One spliced connection, as sent beside its two sockets.
-pub use crate::net::freeze::ConnMeta as CarriedConn;
+pub use crate::net::handover::ConnMeta;
 
 /// A count of connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,7 +173,7 @@ mod tests {
         splice.up.moved = 5;
         splice.down.held = vec![0, 255, 7];
         splice.up.done = true;
-        let conn = CarriedConn {
+        let conn = ConnMeta {
             conn: 42,
             pool: "p".into(),
             backend: "a".into(),
@@ -183,7 +183,7 @@ mod tests {
             splice,
         };
         let json = serde_json::to_vec(&[&conn]).unwrap();
-        let back: Vec<CarriedConn> = serde_json::from_slice(&json).unwrap();
+        let back: Vec<ConnMeta> = serde_json::from_slice(&json).unwrap();
         assert_eq!(back, [conn]);
     }
 }

@@ -1,6 +1,6 @@
-//! The handover channel between a running process and its successor: a
+//! The handover channel between a running process and the new process: a
 //! Unix `SOCK_SEQPACKET` connection on an abstract address (no file to
-//! clean up, nothing inherited), accepted only from the successor's pid.
+//! clean up, nothing inherited), accepted only from the new process's pid.
 //! A message is a tag, a body of any length and any number of file
 //! descriptors (`SCM_RIGHTS`); it travels as datagrams of at most
 //! [`DATAGRAM`] bytes and [`FDS_PER_DATAGRAM`] descriptors, each
@@ -42,7 +42,7 @@ pub struct Message {
     pub fds: Vec<OwnedFd>,
 }
 
-/// The running process's end before the successor connects.
+/// The running process's end before the new process connects.
 #[derive(Debug)]
 pub struct Rendezvous {
     fd: AsyncFd<OwnedFd>,
@@ -71,7 +71,7 @@ impl Rendezvous {
         })
     }
 
-    /// The address to give the successor.
+    /// The address to give the new process.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -18,7 +18,7 @@ use crate::net::listener;
 use crate::net::sockopt;
 use crate::net::workers::Workers;
 use crate::pool::registry::Pool;
-use crate::runtime::handover::protocol::{CarriedListener, Owner};
+use crate::runtime::handover::protocol::{HandedListener, Owner};
 use crate::runtime::reload::Bound;
 
 /// One bound listen address of a pool.
@@ -117,19 +117,19 @@ pub(super) fn resume_accepting(run: &mut PoolRun, shared: &listener::Shared, wor
 /// Listening sockets taken over from the process before a live upgrade,
 /// by owner and configured address, until a pool claims them.
 #[derive(Default)]
-pub(super) struct Inherited {
-    listeners: Vec<(CarriedListener, Vec<std::net::TcpListener>)>,
+pub(super) struct TakenListeners {
+    listeners: Vec<(HandedListener, Vec<std::net::TcpListener>)>,
 }
 
-impl Inherited {
-    /// The sockets of `carried`, taken from `fds` in order.
+impl TakenListeners {
+    /// The sockets of `handed`, taken from `fds` in order.
     pub(super) fn new(
-        carried: Vec<CarriedListener>,
+        handed: Vec<HandedListener>,
         fds: Vec<OwnedFd>,
-    ) -> Result<Inherited, String> {
+    ) -> Result<TakenListeners, String> {
         let mut fds = fds.into_iter();
         let mut listeners = Vec::new();
-        for c in carried {
+        for c in handed {
             let sockets: Vec<std::net::TcpListener> =
                 fds.by_ref().take(c.sockets).map(Into::into).collect();
             if sockets.len() != c.sockets || sockets.is_empty() {
@@ -137,7 +137,7 @@ impl Inherited {
             }
             listeners.push((c, sockets));
         }
-        Ok(Inherited { listeners })
+        Ok(TakenListeners { listeners })
     }
 
     /// The sockets of `owner`'s listener configured as `configured`, with
@@ -175,7 +175,7 @@ pub(super) fn bind_all(
     pc: &PoolConfig,
     addrs: &[SocketAddr],
     sockets: usize,
-    inherited: &mut Inherited,
+    taken_listeners: &mut TakenListeners,
     own: &[SocketAddr],
 ) -> Result<Vec<Listen>, BindError> {
     let name = &pc.name;
@@ -184,7 +184,7 @@ pub(super) fn bind_all(
         let failed = |e| BindError::new(format!("pool {name}"), *addr, e);
         let bind =
             |at: SocketAddr| sockopt::bind_std(at, Some(&pc.keepalive), true).map_err(failed);
-        let (local, mut pending) = match inherited.take(&Owner::Pool(name.clone()), *addr) {
+        let (local, mut pending) = match taken_listeners.take(&Owner::Pool(name.clone()), *addr) {
             Some(taken) => taken,
             None => {
                 if !own.contains(addr) {
@@ -215,12 +215,12 @@ pub(super) fn bind_all(
 
 /// What a live upgrade hands over of `runs`' listeners: their description
 /// and, in the same order, their kept sockets.
-pub(super) fn carried(runs: &[PoolRun]) -> (Vec<CarriedListener>, Vec<&std::net::TcpListener>) {
-    let mut carried = Vec::new();
+pub(super) fn handed(runs: &[PoolRun]) -> (Vec<HandedListener>, Vec<&std::net::TcpListener>) {
+    let mut handed = Vec::new();
     let mut sockets = Vec::new();
     for run in runs {
         for l in &run.listens {
-            carried.push(CarriedListener {
+            handed.push(HandedListener {
                 owner: Owner::Pool(run.pool.name.clone()),
                 configured: l.configured,
                 local: l.local,
@@ -229,7 +229,7 @@ pub(super) fn carried(runs: &[PoolRun]) -> (Vec<CarriedListener>, Vec<&std::net:
             sockets.extend(&l.kept);
         }
     }
-    (carried, sockets)
+    (handed, sockets)
 }
 
 /// Tie listeners to `pool`: they stop when it stops. Records the

@@ -1,8 +1,8 @@
 //! The running process's live upgrade: start the binary it was started
 //! from, hand it the listeners and state, and once it serves, let the
-//! connections still connecting finish, then freeze every connection and
+//! connections still connecting finish, then stop every connection and
 //! hand those over too. Until the new process serves
-//! nothing has changed here; after that, a failure takes every frozen
+//! nothing has changed here; after that, a failure takes every handed over
 //! connection back and accepts again, so either way no client notices.
 
 use std::os::fd::{AsFd, BorrowedFd};
@@ -16,11 +16,11 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::Server;
-use super::listen::{carried, resume_accepting, stop_accepting};
-use crate::net::freeze::Frozen;
+use super::listen::{handed, resume_accepting, stop_accepting};
+use crate::net::handover::HandedConn;
 use crate::ops::control::{UpgradeError, Upgraded};
-use crate::runtime::handover::protocol::{CarriedListener, Inheritance, Owner};
-use crate::runtime::handover::successor::Successor;
+use crate::runtime::handover::old_side::OldSide;
+use crate::runtime::handover::protocol::{HandedListener, Handover, Owner};
 use crate::runtime::notify;
 
 /// How often the wait for connections still connecting looks again.
@@ -60,15 +60,15 @@ impl Server {
         }
         let timeout = self.config.upgrade_timeout;
         let (exe, args) = &self.exec;
-        let mut next = Successor::start(exe, args, timeout).await?;
-        let (listeners, sockets) = self.carried_listeners();
-        let inheritance = Inheritance {
+        let mut next = OldSide::start(exe, args, timeout).await?;
+        let (listeners, sockets) = self.handed_listeners();
+        let handover = Handover {
             generation: self.generation,
             next_conn: self.shared.conn_ids.load(Ordering::Relaxed),
-            pools: self.pools.iter().map(|run| run.pool.carry()).collect(),
+            pools: self.pools.iter().map(|run| run.pool.hand_over()).collect(),
             listeners,
         };
-        if let Err(err) = next.prepare(&inheritance, &sockets).await {
+        if let Err(err) = next.prepare(&handover, &sockets).await {
             next.abandon().await;
             return Err(err);
         }
@@ -76,12 +76,12 @@ impl Server {
         for run in &mut self.pools {
             stop_accepting(run).await;
         }
-        // Each phase gets the whole budget: spliced connections freeze in
+        // Each phase gets the whole budget: spliced connections stop in
         // milliseconds, however long the connects before took.
         let budget = self.longest_connect() + Duration::from_secs(1);
         self.settle(Instant::now() + budget).await;
-        let frozen = self.freeze_all(Instant::now() + budget).await;
-        match next.hand_over(&frozen, timeout).await {
+        let handed = self.hand_over_all(Instant::now() + budget).await;
+        match next.hand_over(&handed, timeout).await {
             Ok(connections) => Ok(Upgraded {
                 pid: next.pid(),
                 generation: self.generation + 1,
@@ -89,20 +89,20 @@ impl Server {
             }),
             Err(err) => {
                 next.abandon().await;
-                self.take_back(frozen);
+                self.take_back(handed);
                 Err(err)
             }
         }
     }
 
     /// Every listening socket (pools' and admin's), described and in order.
-    fn carried_listeners(&self) -> (Vec<CarriedListener>, Vec<BorrowedFd<'_>>) {
-        let (mut listeners, sockets) = carried(&self.pools);
+    fn handed_listeners(&self) -> (Vec<HandedListener>, Vec<BorrowedFd<'_>>) {
+        let (mut listeners, sockets) = handed(&self.pools);
         let mut fds: Vec<BorrowedFd<'_>> = sockets.into_iter().map(AsFd::as_fd).collect();
         if let Some((configured, kept)) = &self.admin_kept
             && let Ok(local) = kept.local_addr()
         {
-            listeners.push(CarriedListener {
+            listeners.push(HandedListener {
                 owner: Owner::Admin,
                 configured: *configured,
                 local,
@@ -129,8 +129,8 @@ impl Server {
     }
 
     /// Let the connections still connecting finish (or fail over) before
-    /// anything is frozen, so the spliced ones keep moving bytes meanwhile
-    /// instead of waiting, frozen, for someone else's connect; until
+    /// anything is handed over, so the spliced ones keep moving bytes meanwhile
+    /// instead of waiting, handed over, for someone else's connect; until
     /// `give_up`. Nothing new arrives: accepting has stopped.
     async fn settle(&self, give_up: Instant) {
         let connecting = || -> usize { self.pools.iter().map(|run| run.pool.connecting()).sum() };
@@ -147,22 +147,22 @@ impl Server {
     /// Stop every connection for the handover and collect them: spliced
     /// ones at once, connecting ones once their connect is done (or has
     /// failed over), until `give_up`.
-    async fn freeze_all(&mut self, give_up: Instant) -> Vec<Frozen> {
-        let mut rx = self.shared.freezer.arm();
+    async fn hand_over_all(&mut self, give_up: Instant) -> Vec<HandedConn> {
+        let mut rx = self.shared.handovers.arm();
         for run in &self.pools {
             run.pool.begin_handover();
         }
-        let mut frozen = Vec::new();
+        let mut handed = Vec::new();
         loop {
             while let Ok(f) = rx.try_recv() {
-                frozen.push(f);
+                handed.push(f);
             }
             // A session lets go of its admission after handing over.
             if self.pools.iter().all(|run| run.pool.clients() == 0) {
                 break;
             }
             tokio::select! {
-                Some(f) = rx.recv() => frozen.push(f),
+                Some(f) = rx.recv() => handed.push(f),
                 () = tokio::time::sleep(Duration::from_millis(5)) => {}
                 () = tokio::time::sleep_until(give_up) => {
                     let left: usize = self.pools.iter().map(|run| run.pool.clients()).sum();
@@ -171,21 +171,21 @@ impl Server {
                 }
             }
         }
-        self.shared.freezer.disarm();
+        self.shared.handovers.disarm();
         while let Ok(f) = rx.try_recv() {
-            frozen.push(f);
+            handed.push(f);
         }
-        frozen
+        handed
     }
 
-    /// The upgrade failed after the connections were frozen: splice them
+    /// The upgrade failed after the connections were handed over: splice them
     /// here again and accept again. systemd is told this is still the
     /// main process, in case the new one had said otherwise.
-    fn take_back(&mut self, frozen: Vec<Frozen>) {
+    fn take_back(&mut self, handed: Vec<HandedConn>) {
         for run in &self.pools {
             run.pool.end_handover();
         }
-        let n = self.resume_all(frozen);
+        let n = self.resume_all(handed);
         for run in &mut self.pools {
             resume_accepting(run, &self.shared, &self.workers);
         }

@@ -9,49 +9,49 @@ use anyhow::Context;
 use tracing::{info, warn};
 
 use super::Server;
-use super::listen::Inherited;
+use super::listen::TakenListeners;
 use crate::config::Config;
-use crate::net::freeze::Frozen;
+use crate::net::handover::HandedConn;
 use crate::net::session;
 use crate::pool::close::CloseReason;
-use crate::runtime::handover::heir::Heir;
-use crate::runtime::handover::protocol::Inheritance;
+use crate::runtime::handover::new_side::NewSide;
+use crate::runtime::handover::protocol::Handover;
 use crate::runtime::handover::{CONN_ID_GAP, ENV};
 use crate::runtime::{limits, notify};
 
 /// What a process started by a live upgrade takes over: the channel to
 /// the running process and what it sent so far.
 #[derive(Debug)]
-pub struct Heritage {
-    heir: Heir,
-    inheritance: Inheritance,
+pub struct Takeover {
+    new_side: NewSide,
+    handover: Handover,
     fds: Vec<std::os::fd::OwnedFd>,
     started: StdInstant,
     /// Listen addresses taken over (set once the server is built).
     listeners: usize,
 }
 
-impl Heritage {
+impl Takeover {
     /// When this process was started by a live upgrade
     /// (`PIN_PROXY_UPGRADE` names the running process), connect to it and
-    /// take its inheritance; `None` for a cold start.
+    /// take its handover; `None` for a cold start.
     ///
     /// # Errors
     /// The handover failed before anything moved (the running process
     /// carries on); this process should exit.
-    pub async fn from_env() -> anyhow::Result<Option<Heritage>> {
+    pub async fn from_env() -> anyhow::Result<Option<Takeover>> {
         let Some(name) = std::env::var_os(ENV) else {
             return Ok(None);
         };
         // Left in the environment: a later upgrade's process gets its own value.
         let name = name.to_string_lossy().into_owned();
         let started = StdInstant::now();
-        let (heir, inheritance, fds) = Heir::connect(&name)
+        let (new_side, handover, fds) = NewSide::connect(&name)
             .await
             .with_context(|| format!("take over from the running process ({ENV}={name})"))?;
-        Ok(Some(Heritage {
-            heir,
-            inheritance,
+        Ok(Some(Takeover {
+            new_side,
+            handover,
             fds,
             started,
             listeners: 0,
@@ -60,7 +60,7 @@ impl Heritage {
 
     /// Build the server of this process from `config`: the inherited
     /// listeners where the config still has them, new ones bound, the
-    /// carried counters restored. A failure is told to the running process.
+    /// handed over counters restored. A failure is told to the running process.
     ///
     /// # Errors
     /// The listeners did not arrive whole, or a new one cannot be bound.
@@ -68,32 +68,28 @@ impl Heritage {
         mut self,
         config: Config,
         path: PathBuf,
-    ) -> anyhow::Result<(Server, Heritage)> {
-        let carried = std::mem::take(&mut self.inheritance.listeners);
+    ) -> anyhow::Result<(Server, Takeover)> {
+        let handed = std::mem::take(&mut self.handover.listeners);
         let fds = std::mem::take(&mut self.fds);
-        let built = Inherited::new(carried, fds)
+        let built = TakenListeners::new(handed, fds)
             .map_err(anyhow::Error::msg)
-            .and_then(|inherited| {
-                let listeners = inherited.count();
-                let generation = self.inheritance.generation + 1;
-                let next_conn = self.inheritance.next_conn.saturating_add(CONN_ID_GAP);
-                let server = Server::start(config, Some(path), inherited, generation, next_conn)?;
+            .and_then(|taken_listeners| {
+                let listeners = taken_listeners.count();
+                let generation = self.handover.generation + 1;
+                let next_conn = self.handover.next_conn.saturating_add(CONN_ID_GAP);
+                let server =
+                    Server::start(config, Some(path), taken_listeners, generation, next_conn)?;
                 Ok((server, listeners))
             });
         let (server, listeners) = match built {
             Ok(built) => built,
             Err(err) => {
-                self.heir.refuse(&format!("{err:#}")).await;
+                self.new_side.refuse(&format!("{err:#}")).await;
                 return Err(err);
             }
         };
         for run in &server.pools {
-            if let Some(c) = self
-                .inheritance
-                .pools
-                .iter()
-                .find(|c| c.name == run.pool.name)
-            {
+            if let Some(c) = self.handover.pools.iter().find(|c| c.name == run.pool.name) {
                 run.pool.take_carried(c);
             }
         }
@@ -105,36 +101,36 @@ impl Heritage {
 
 impl Server {
     /// [`Server::run`] for the new process of a live upgrade.
-    pub async fn run_inherited(
+    pub async fn run_taken_over(
         self,
         shutdown: impl std::future::Future<Output = ()>,
-        heritage: Heritage,
+        takeover: Takeover,
     ) {
-        self.serve(shutdown, Some(heritage)).await;
+        self.serve(shutdown, Some(takeover)).await;
     }
 
     /// This process serves: take the running process's connections, then
     /// tell systemd and the running process (which then exits) that it is
     /// done. A failure here leaves the running process to take them back.
-    pub(super) async fn take_connections(&mut self, heritage: Heritage) {
-        let Heritage {
-            heir,
+    pub(super) async fn take_connections(&mut self, takeover: Takeover) {
+        let Takeover {
+            new_side,
             started,
             listeners,
             ..
-        } = heritage;
+        } = takeover;
         let mut adopted = 0;
         let result: std::io::Result<()> = async {
-            heir.ready().await?;
+            new_side.ready().await?;
             loop {
-                match heir.next().await? {
+                match new_side.next().await? {
                     Ok(batch) => {
-                        let frozen = batch.into_iter().map(|(meta, client, backend)| Frozen {
+                        let handed = batch.into_iter().map(|(meta, client, backend)| HandedConn {
                             meta,
                             client: client.into(),
                             backend_socket: backend.into(),
                         });
-                        adopted += self.resume_all(frozen);
+                        adopted += self.resume_all(handed);
                     }
                     Err(sent) => {
                         if sent.connections != adopted {
@@ -144,7 +140,7 @@ impl Server {
                             run.pool.recheck_drains();
                         }
                         notify::main_pid();
-                        return heir.adopted(sent.connections).await;
+                        return new_side.adopted(sent.connections).await;
                     }
                 }
             }
@@ -163,11 +159,11 @@ impl Server {
         }
     }
 
-    /// Splice `frozen` connections on, spread over the data workers;
+    /// Splice `handed` connections on, spread over the data workers;
     /// returns how many were resumed (one whose pool is gone is closed).
-    pub(super) fn resume_all(&self, frozen: impl IntoIterator<Item = Frozen>) -> usize {
+    pub(super) fn resume_all(&self, handed: impl IntoIterator<Item = HandedConn>) -> usize {
         let mut resumed = 0;
-        for f in frozen {
+        for f in handed {
             let Some(run) = self.pools.iter().find(|run| run.pool.name == f.meta.pool) else {
                 let m = &f.meta;
                 let lived = m.started.elapsed().unwrap_or_default();
@@ -191,8 +187,8 @@ impl Server {
                     }
                 }
             };
-            let freezer = self.shared.freezer.clone();
-            let Some(task) = session::resume(run.pool.clone(), f, slot, freezer) else {
+            let handovers = self.shared.handovers.clone();
+            let Some(task) = session::resume(run.pool.clone(), f, slot, handovers) else {
                 continue;
             };
             let worker = self.workers.handle(resumed);

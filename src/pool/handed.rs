@@ -10,31 +10,31 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pool::discovered::CarriedSource;
+use crate::pool::discovered::HandedSource;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
 use crate::pool::saved::SavedBackend;
 use crate::pool::snapshot::Counters;
 
-/// One pool's carried state.
+/// One pool's handed over state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CarriedPool {
+pub struct HandedPool {
     /// Pool name.
     pub name: String,
     /// Connections moved by the rebalancer.
     pub rebalance_moves: u64,
     /// Its backends' counters.
-    pub backends: Vec<CarriedBackend>,
+    pub backends: Vec<HandedBackend>,
     /// Its backends' health records.
     pub health: Vec<SavedBackend>,
     /// What its discover entries had found.
     #[serde(default)]
-    pub discovered: Vec<CarriedSource>,
+    pub discovered: Vec<HandedSource>,
 }
 
-/// One backend's carried state.
+/// One backend's handed over state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CarriedBackend {
+pub struct HandedBackend {
     /// Name.
     pub name: String,
     /// Address: with another address it is another node.
@@ -44,38 +44,38 @@ pub struct CarriedBackend {
 }
 
 impl Pool {
-    /// This pool's state to carry over.
-    pub fn carry(&self) -> CarriedPool {
+    /// This pool's state to hand over.
+    pub fn hand_over(&self) -> HandedPool {
         let snap = self.overview();
-        CarriedPool {
+        HandedPool {
             name: snap.name,
             rebalance_moves: snap.rebalance_moves,
             backends: snap
                 .backends
                 .into_iter()
-                .map(|b| CarriedBackend {
+                .map(|b| HandedBackend {
                     name: b.name,
                     addr: b.addr,
                     counters: b.counters,
                 })
                 .collect(),
             health: self.save_health(),
-            discovered: self.carry_sources(),
+            discovered: self.hand_over_sources(),
         }
     }
 
-    /// Take the health records and counters carried from the old process
+    /// Take the health records and counters handed over from the old process
     /// onto the backends that are still configured (same name and
     /// address); returns how many matched. Run once, before any traffic.
-    pub fn take_carried(&self, carried: &CarriedPool) -> usize {
+    pub fn take_carried(&self, handed: &HandedPool) -> usize {
         // Discovered members first: their health records find them by name.
-        self.take_carried_sources(&carried.discovered);
-        self.restore_carried_health(&carried.health, SystemTime::now());
+        self.take_carried_sources(&handed.discovered);
+        self.restore_carried_health(&handed.health, SystemTime::now());
         self.rebalance_moves
-            .fetch_add(carried.rebalance_moves, Ordering::Relaxed);
+            .fetch_add(handed.rebalance_moves, Ordering::Relaxed);
         let backends = self.backends();
         let mut matched = 0;
-        for c in &carried.backends {
+        for c in &handed.backends {
             let Some(b) = backends
                 .iter()
                 .find(|b| b.config.name == c.name && b.config.addr == c.addr)

@@ -1,6 +1,6 @@
 //! Connections stopped for a live upgrade: each session that is told to
 //! hand over (`CloseReason::Handover`) stops its splice between two polls
-//! and gives its two sockets and splice state to the [`Freezer`], which the
+//! and gives its two sockets and splice state to the [`HandoverQueue`], which the
 //! upgrade drains. Nothing is closed: the sockets go on in the new process
 //! (or here again, when the upgrade fails).
 
@@ -16,7 +16,7 @@ use crate::pool::registry::ConnId;
 
 /// One connection, stopped and out of the event loop.
 #[derive(Debug)]
-pub struct Frozen {
+pub struct HandedConn {
     /// What it is and where its splice stood.
     pub meta: ConnMeta,
     /// The client socket (non-blocking, not registered anywhere).
@@ -25,7 +25,7 @@ pub struct Frozen {
     pub backend_socket: std::net::TcpStream,
 }
 
-/// A frozen connection apart from its sockets: what a handover sends
+/// A handed over connection apart from its sockets: what a handover sends
 /// beside them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnMeta {
@@ -45,17 +45,17 @@ pub struct ConnMeta {
     pub splice: SpliceState,
 }
 
-/// Where sessions put their frozen connections while an upgrade collects
+/// Where sessions put their handed over connections while an upgrade collects
 /// them. Cheap to clone (one `Arc`).
 #[derive(Debug, Clone, Default)]
-pub struct Freezer {
-    sink: Arc<Mutex<Option<mpsc::UnboundedSender<Frozen>>>>,
+pub struct HandoverQueue {
+    sink: Arc<Mutex<Option<mpsc::UnboundedSender<HandedConn>>>>,
 }
 
-impl Freezer {
-    /// Start collecting; the receiver gets every connection frozen from now
-    /// until [`Freezer::disarm`].
-    pub fn arm(&self) -> mpsc::UnboundedReceiver<Frozen> {
+impl HandoverQueue {
+    /// Start collecting; the receiver gets every connection handed over from now
+    /// until [`HandoverQueue::disarm`].
+    pub fn arm(&self) -> mpsc::UnboundedReceiver<HandedConn> {
         let (tx, rx) = mpsc::unbounded_channel();
         *self.lock() = Some(tx);
         rx
@@ -66,16 +66,16 @@ impl Freezer {
         *self.lock() = None;
     }
 
-    /// Hand `frozen` to the upgrade. When no upgrade collects (it gave up
+    /// Hand `handed` to the upgrade. When no upgrade collects (it gave up
     /// waiting for this connection), it comes back: the caller closes it.
-    pub fn take(&self, frozen: Frozen) -> Result<(), Box<Frozen>> {
+    pub fn take(&self, handed: HandedConn) -> Result<(), Box<HandedConn>> {
         match self.lock().as_ref() {
-            Some(tx) => tx.send(frozen).map_err(|e| Box::new(e.0)),
-            None => Err(Box::new(frozen)),
+            Some(tx) => tx.send(handed).map_err(|e| Box::new(e.0)),
+            None => Err(Box::new(handed)),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<Frozen>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<HandedConn>>> {
         // Plain data behind the lock: a panic elsewhere leaves it usable.
         self.sink.lock().unwrap_or_else(|e| e.into_inner())
     }

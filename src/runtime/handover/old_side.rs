@@ -14,11 +14,11 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::net::freeze::Frozen;
+use crate::net::handover::HandedConn;
 use crate::ops::control::UpgradeError;
 use crate::runtime::handover::ENV;
 use crate::runtime::handover::protocol::{
-    self, CONNS_PER_MESSAGE, CarriedConn, Count, FORMAT, Inheritance, tag,
+    self, CONNS_PER_MESSAGE, ConnMeta, Count, FORMAT, Handover, tag,
 };
 use crate::runtime::handover::wire::{Channel, Message, Rendezvous};
 
@@ -28,7 +28,7 @@ const SPAWN_TRIES: u32 = 20;
 const SPAWN_PAUSE: Duration = Duration::from_millis(50);
 
 /// A started new process and the channel to it.
-pub struct Successor {
+pub struct OldSide {
     child: Child,
     chan: Channel,
     pid: u32,
@@ -38,7 +38,7 @@ pub struct Successor {
     deadline: Instant,
 }
 
-impl Successor {
+impl OldSide {
     /// Start `exe` with `args` and wait (at most `budget`) for it to
     /// connect.
     ///
@@ -48,7 +48,7 @@ impl Successor {
         exe: &Path,
         args: &[OsString],
         budget: Duration,
-    ) -> Result<Successor, UpgradeError> {
+    ) -> Result<OldSide, UpgradeError> {
         let deadline = Instant::now() + budget;
         let rendezvous = Rendezvous::bind().map_err(UpgradeError::Channel)?;
         let mut tries = 0;
@@ -89,7 +89,7 @@ impl Successor {
             }
         };
         match accepted {
-            Ok(chan) => Ok(Successor {
+            Ok(chan) => Ok(OldSide {
                 child,
                 chan,
                 pid,
@@ -108,16 +108,16 @@ impl Successor {
         self.pid
     }
 
-    /// Offer the handover, send `inheritance` with the listening `sockets`,
+    /// Offer the handover, send `handover` with the listening `sockets`,
     /// and wait until the new process serves, within the budget of
-    /// [`Successor::start`]. Nothing moves before this returns Ok: on an
+    /// [`OldSide::start`]. Nothing moves before this returns Ok: on an
     /// error the caller abandons the new process and carries on.
     ///
     /// # Errors
     /// The new process refused, exited, hung, or the channel failed.
     pub async fn prepare(
         &mut self,
-        inheritance: &Inheritance,
+        handover: &Handover,
         sockets: &[BorrowedFd<'_>],
     ) -> Result<(), UpgradeError> {
         self.send(tag::OFFER, &protocol::offer(FORMAT), &[]).await?;
@@ -130,27 +130,27 @@ impl Successor {
                 )));
             }
         }
-        let body = serde_json::to_vec(inheritance).map_err(|e| UpgradeError::Channel(e.into()))?;
-        self.send(tag::INHERIT, &body, sockets).await?;
+        let body = serde_json::to_vec(handover).map_err(|e| UpgradeError::Channel(e.into()))?;
+        self.send(tag::HANDOVER, &body, sockets).await?;
         self.expect(tag::READY, "ready").await?;
         Ok(())
     }
 
-    /// Send every frozen connection, then wait (at most `budget` in all)
+    /// Send every handed over connection, then wait (at most `budget` in all)
     /// for the new process to say it adopted them all.
     ///
     /// # Errors
     /// The new process exited, hung or miscounted; the channel failed.
     pub async fn hand_over(
         &mut self,
-        conns: &[Frozen],
+        conns: &[HandedConn],
         budget: Duration,
     ) -> Result<usize, UpgradeError> {
         self.budget = budget;
         self.deadline = Instant::now() + budget;
         for batch in conns.chunks(CONNS_PER_MESSAGE) {
-            let carried: Vec<&CarriedConn> = batch.iter().map(|f| &f.meta).collect();
-            let body = serde_json::to_vec(&carried).map_err(|e| UpgradeError::Channel(e.into()))?;
+            let handed: Vec<&ConnMeta> = batch.iter().map(|f| &f.meta).collect();
+            let body = serde_json::to_vec(&handed).map_err(|e| UpgradeError::Channel(e.into()))?;
             let fds: Vec<BorrowedFd<'_>> = batch
                 .iter()
                 .flat_map(|f| [f.client.as_fd(), f.backend_socket.as_fd()])

@@ -1,55 +1,57 @@
 //! The new process's side of a live upgrade, at the channel level: find
 //! the running process, read its offer (refusing a format this build
-//! cannot read before anything moves), take the inheritance, and later
+//! cannot read before anything moves), take the handover, and later
 //! receive the connections in batches.
 
 use std::io;
 use std::os::fd::OwnedFd;
 
-use crate::runtime::handover::protocol::{self, CarriedConn, Count, FORMAT, Inheritance, tag};
+use crate::runtime::handover::protocol::{self, ConnMeta, Count, FORMAT, Handover, tag};
 use crate::runtime::handover::wire::{Channel, Message};
 
 /// The channel to the running process.
 #[derive(Debug)]
-pub struct Heir {
+pub struct NewSide {
     chan: Channel,
 }
 
 /// One received batch: each connection with its client and backend socket.
-pub type Batch = Vec<(CarriedConn, OwnedFd, OwnedFd)>;
+pub type Batch = Vec<(ConnMeta, OwnedFd, OwnedFd)>;
 
-impl Heir {
+impl NewSide {
     /// Connect to the running process's rendezvous `name`, read its offer
-    /// and accept it, then receive the inheritance and its sockets.
+    /// and accept it, then receive the handover and its sockets.
     ///
     /// # Errors
     /// The channel failed, the offer was not one, or its format is not
     /// this build's (the refusal is sent first).
-    pub async fn connect(name: &str) -> io::Result<(Heir, Inheritance, Vec<OwnedFd>)> {
-        let heir = Heir {
+    pub async fn connect(name: &str) -> io::Result<(NewSide, Handover, Vec<OwnedFd>)> {
+        let new_side = NewSide {
             chan: Channel::connect(name)?,
         };
-        let offer = heir.chan.recv().await?;
+        let offer = new_side.chan.recv().await?;
         let format = (offer.tag == tag::OFFER)
             .then(|| protocol::read_offer(&offer.body))
             .flatten();
         let Some(format) = format else {
-            heir.refuse("the first message was not a handover offer")
+            new_side
+                .refuse("the first message was not a handover offer")
                 .await;
             return Err(invalid(
                 "the first message was not a handover offer".to_owned(),
             ));
         };
         if let Err(reason) = protocol::readable(format) {
-            heir.refuse(&reason).await;
+            new_side.refuse(&reason).await;
             return Err(invalid(reason));
         }
-        heir.chan
+        new_side
+            .chan
             .send(tag::ACCEPT, &protocol::accept(FORMAT), &[])
             .await?;
-        let Message { body, fds, .. } = heir.expect(tag::INHERIT).await?;
-        let inheritance = serde_json::from_slice(&body).map_err(|e| invalid(e.to_string()))?;
-        Ok((heir, inheritance, fds))
+        let Message { body, fds, .. } = new_side.expect(tag::HANDOVER).await?;
+        let handover = serde_json::from_slice(&body).map_err(|e| invalid(e.to_string()))?;
+        Ok((new_side, handover, fds))
     }
 
     /// Tell the running process why this one will not take over; it
@@ -76,7 +78,7 @@ impl Heir {
         let m = self.chan.recv().await?;
         match m.tag {
             tag::CONNS => {
-                let conns: Vec<CarriedConn> =
+                let conns: Vec<ConnMeta> =
                     serde_json::from_slice(&m.body).map_err(|e| invalid(e.to_string()))?;
                 if m.fds.len() != conns.len() * 2 {
                     return Err(invalid(format!(
@@ -141,7 +143,7 @@ mod tests {
     async fn an_unknown_format_is_refused_before_anything_moves() {
         let rendezvous = Rendezvous::bind().unwrap();
         let name = rendezvous.name().to_owned();
-        let heir = tokio::spawn(async move { Heir::connect(&name).await });
+        let new_side = tokio::spawn(async move { NewSide::connect(&name).await });
         let old = rendezvous.accept_from(std::process::id()).await.unwrap();
         old.send(tag::OFFER, &protocol::offer(FORMAT + 1), &[])
             .await
@@ -153,7 +155,7 @@ mod tests {
             reason.contains(&format!("format {}", FORMAT + 1)),
             "{reason}"
         );
-        let err = heir.await.unwrap().unwrap_err();
+        let err = new_side.await.unwrap().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 
@@ -161,7 +163,7 @@ mod tests {
     async fn this_builds_format_is_accepted_and_the_inheritance_read() {
         let rendezvous = Rendezvous::bind().unwrap();
         let name = rendezvous.name().to_owned();
-        let heir = tokio::spawn(async move { Heir::connect(&name).await });
+        let new_side = tokio::spawn(async move { NewSide::connect(&name).await });
         let old = rendezvous.accept_from(std::process::id()).await.unwrap();
         old.send(tag::OFFER, &protocol::offer(FORMAT), &[])
             .await
@@ -169,21 +171,17 @@ mod tests {
         let answer = old.recv().await.unwrap();
         assert_eq!(answer.tag, tag::ACCEPT);
         assert_eq!(protocol::read_accept(&answer.body), Some(FORMAT));
-        let inheritance = Inheritance {
+        let handover = Handover {
             generation: 3,
             next_conn: 77,
             pools: Vec::new(),
             listeners: Vec::new(),
         };
-        old.send(
-            tag::INHERIT,
-            &serde_json::to_vec(&inheritance).unwrap(),
-            &[],
-        )
-        .await
-        .unwrap();
-        let (_heir, got, fds) = heir.await.unwrap().unwrap();
-        assert_eq!(got, inheritance);
+        old.send(tag::HANDOVER, &serde_json::to_vec(&handover).unwrap(), &[])
+            .await
+            .unwrap();
+        let (_heir, got, fds) = new_side.await.unwrap().unwrap();
+        assert_eq!(got, handover);
         assert!(fds.is_empty());
     }
 }
