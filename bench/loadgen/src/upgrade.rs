@@ -106,7 +106,7 @@ async fn measure(
         let wait = Duration::from_secs(30);
         let upgraded = proxy.wait_for("upgraded", u, wait).await?;
         let adopted = proxy.wait_for("adopted", u, wait).await?;
-        let taken_listeners = proxy.wait_for("inherited", u, wait).await?;
+        let inherited = proxy.wait_for("inherited", u, wait).await?;
         let pid = answer["pid"].as_u64().context("pid in the answer")? as u32;
         tokio::time::sleep(Duration::from_millis(500)).await;
         runs.push(json!({
@@ -116,7 +116,7 @@ async fn measure(
             "adopt_ms": adopted["duration_ms"],
             "request_ms": cli_ms,
             "stall_max_us": stall_us,
-            "rss_new_before_kib": taken_listeners["rss_kib"],
+            "rss_new_before_kib": inherited["rss_kib"],
             "rss_new_after_kib": adopted["rss_kib"],
             "rss_new_settled_kib": procfs::rss_kib(pid).ok(),
         }));

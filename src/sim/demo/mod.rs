@@ -50,7 +50,7 @@ const TEARDOWN_BUDGET: Duration = Duration::from_secs(5);
 struct DemoNode {
     name: &'static str,
     sim: SimNode,
-    handed: AtomicBool,
+    frozen: AtomicBool,
 }
 
 /// Run the demo to its end: set up, play the story, print the summary.
@@ -141,7 +141,7 @@ async fn start_nodes() -> anyhow::Result<Vec<DemoNode>> {
         nodes.push(DemoNode {
             name,
             sim,
-            handed: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
         });
     }
     Ok(nodes)
@@ -192,7 +192,7 @@ async fn chain(nodes: Arc<Vec<DemoNode>>, token: CancellationToken) {
             () = token.cancelled() => return,
             _ = tick.tick() => {}
         }
-        for node in nodes.iter().filter(|n| !n.handed.load(Ordering::Relaxed)) {
+        for node in nodes.iter().filter(|n| !n.frozen.load(Ordering::Relaxed)) {
             node.sim.set_height(node.sim.height() + 1);
         }
     }

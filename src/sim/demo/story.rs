@@ -266,7 +266,7 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
         "freeze node-c",
         "node-c stops following the chain and falls behind",
     );
-    s.node("node-c")?.handed.store(true, Ordering::Relaxed);
+    s.node("node-c")?.frozen.store(true, Ordering::Relaxed);
     s.wait("node-c lagging and quarantined", |v| {
         v.is("node-c", "lagging") && v.quarantined("node-c")
     })
@@ -283,7 +283,7 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
     let tip = demo.nodes.iter().map(|n| n.sim.height()).max().unwrap_or(0);
     let c = s.node("node-c")?;
     c.sim.set_height(tip);
-    c.handed.store(false, Ordering::Relaxed);
+    c.frozen.store(false, Ordering::Relaxed);
     s.wait("node-c released", |v| v.back("node-c")).await?;
     s.wait("rebalanced to 2/2/2", View::balanced).await?;
 
