@@ -8,6 +8,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use super::agreed::Agreement;
 use super::pow::{ChainParams, Tip};
 
 /// Heights below the tip kept one by one.
@@ -33,6 +34,9 @@ pub struct Chain {
     /// Ascending by height; the first is genesis. Locked for short,
     /// synchronous sections only.
     known: Mutex<Vec<Tip>>,
+    /// What the network's Electrum servers agree on: an anchor assumed,
+    /// never entered into `known`.
+    agreement: Agreement,
 }
 
 impl Chain {
@@ -41,6 +45,7 @@ impl Chain {
         Chain {
             params,
             known: Mutex::new(vec![params.genesis_tip()]),
+            agreement: Agreement::default(),
         }
     }
 
@@ -49,8 +54,13 @@ impl Chain {
         self.params
     }
 
+    /// What the network's Electrum servers agree on (see
+    /// [`super::agreed`]); apart from the proven record.
+    pub fn agreement(&self) -> &Agreement {
+        &self.agreement
+    }
+
     /// The best proven tip.
-    #[cfg(test)]
     pub fn tip(&self) -> Tip {
         let known = self.lock();
         known

@@ -8,11 +8,14 @@
 //! target, within the network's limit (a network that is not the servers'
 //! fails here, and the detail says so). One header proves nothing about its
 //! height: when the pool wants the claim proven, the same session fetches
-//! the headers behind it ([`super::electrum_headers`]). A failed
-//! connect is `down`, and so is a server that accepts and then closes
-//! before answering (what ElectrumX does at `MAX_SESSIONS`). An error
-//! reply, garbage, a line over [`MAX_LINE`] bytes, a header without its
-//! work, or no answer within the timeout is `unknown`. The whole probe,
+//! the headers behind it ([`super::electrum_headers`]). On a named
+//! network it also gives the server's claim, and once per height to agree
+//! on the header it has there, to the agreement of the network's servers
+//! ([`super::agreed`]). A failed connect is `down`, and so is a server
+//! that accepts and then closes before answering (what ElectrumX does at
+//! `MAX_SESSIONS`). An error reply, garbage, a line over [`MAX_LINE`]
+//! bytes, a header without its work, or no answer within the timeout is
+//! `unknown`. The whole probe,
 //! connect included, ends within its timeout and reads at most
 //! [`MAX_READ`] bytes, and [`electrum_headers::MAX_READ`] more to prove.
 
@@ -70,6 +73,7 @@ pub async fn probe(
         Err(detail) => return Report::new(Verdict::Down, detail),
     };
     let ask = Ask {
+        server: addr,
         params,
         proving: proving.as_ref(),
         deadline,
@@ -137,6 +141,8 @@ fn handshake_failure(err: &std::io::Error) -> Failure {
 
 /// What one probe asks of a server once connected.
 struct Ask<'a> {
+    /// The address probed: who the server is among its network's.
+    server: &'a str,
     params: Option<&'a ChainParams>,
     proving: Option<&'a Proving<'a>>,
     deadline: Instant,
@@ -183,11 +189,15 @@ impl Ask<'_> {
             )));
         }
         let proof = match self.proving {
-            Some(p) if (p.wanted)(tip.height) => {
-                session.budget += electrum_headers::MAX_READ;
-                electrum_headers::prove(session, p.chain, &tip, self.deadline).await
+            Some(p) => {
+                let wanted = (p.wanted)(tip.height);
+                if wanted {
+                    session.budget += electrum_headers::MAX_READ;
+                }
+                let (chain, server) = (p.chain, self.server);
+                electrum_headers::prove(session, chain, server, &tip, wanted, self.deadline).await
             }
-            _ => Proof::NotAsked,
+            None => Proof::NotAsked,
         };
         Ok((tip, proof))
     }

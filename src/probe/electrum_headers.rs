@@ -1,19 +1,22 @@
 //! Proving an Electrum server's height claim as wallets do: from a block
-//! already known (the network's shared [`Chain`] record, genesis at least)
-//! fetch the headers up to the claimed tip with `blockchain.block.headers`;
-//! each must link to the one before and carry its proof of work, and the
-//! last must be the tip the server announced.
+//! already known (the network's shared [`Chain`] record, genesis at least,
+//! or the block its Electrum servers agree on: see [`super::agreed`]) fetch
+//! the headers up to the claimed tip with `blockchain.block.headers`; each
+//! must link to the one before and carry its proof of work, and the last
+//! must be the tip the server announced.
 //!
-//! What a proof checks is learned by the [`Chain`] (shared with the P2P
-//! proofs of the same network), so the next proof starts where it ended.
-//! A server whose headers contradict its claim (none, too few, not linked,
-//! without the work, another chain's genesis) is told apart from a proof
-//! cut short by the timeout or by the per-probe bound, which goes on at
-//! the next probe.
+//! What a proof from the record checks is learned by the [`Chain`] (shared
+//! with the P2P proofs of the same network), so the next proof starts where
+//! it ended; one from the agreed block is not (that block is assumed, not
+//! proven). A server whose headers contradict its claim (none, too few, not
+//! linked, without the work, another chain's genesis) is told apart from a
+//! proof cut short by the timeout or by the per-probe bound, which goes on
+//! at the next probe.
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
+use tracing::debug;
 
 use super::chain::Chain;
 use super::electrum::{Failure, MAX_LINE, Session, Tip, header};
@@ -36,21 +39,59 @@ pub const MAX_READ: usize = MAX_CALLS * MAX_LINE;
 const MAX_ANCHORS: usize = 6;
 
 /// Prove `tip`'s height on `session` from what `chain` knows, before
-/// `deadline`.
+/// `deadline`, when `wanted`. Either way `server`'s claim, and its word on
+/// the block its network's servers are to agree on, go to the chain's
+/// agreement.
 pub(super) async fn prove<S>(
     session: &mut Session<S>,
     chain: &Chain,
+    server: &str,
     tip: &Tip,
+    wanted: bool,
     deadline: Instant,
 ) -> Proof
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let claim = tip.height;
-    match tokio::time::timeout_at(deadline, run(session, chain, tip)).await {
+    chain.agreement().claim(server, claim);
+    if !wanted {
+        speak(session, chain, server, claim, deadline).await;
+        return Proof::NotAsked;
+    }
+    match tokio::time::timeout_at(deadline, run(session, chain, server, tip)).await {
         Ok(proof) => proof,
         Err(_) => Proof::Unproven(format!("headers for height {claim} did not arrive in time")),
     }
+}
+
+/// `server`'s word alone (one header), if its network's agreement needs it
+/// at a height at or below its `claim`. A server that does not answer it in
+/// time, or answers what we cannot read, names no header there (and is not
+/// asked again at that height); one that hung up is asked again.
+async fn speak<S>(
+    session: &mut Session<S>,
+    chain: &Chain,
+    server: &str,
+    claim: u64,
+    deadline: Instant,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let agreement = chain.agreement();
+    let wanted = agreement.wants_word(server, chain.tip().height);
+    let Some(height) = wanted.filter(|h| *h <= claim) else {
+        return;
+    };
+    let headers = match tokio::time::timeout_at(deadline, fetch(session, height, 1)).await {
+        Ok(Ok(headers)) => headers,
+        Ok(Err(Proof::Unproven(why))) => {
+            debug!(server, why, "agreement_word_failed");
+            return;
+        }
+        Ok(Err(_)) | Err(_) => Vec::new(),
+    };
+    agreement.heard(chain.params(), server, height, headers.first());
 }
 
 /// The known blocks to try as the anchor, newest first: the first two of
@@ -70,20 +111,56 @@ fn anchors(chain: &Chain, claim: u64) -> Vec<Known> {
     out
 }
 
-async fn run<S>(session: &mut Session<S>, chain: &Chain, tip: &Tip) -> Proof
+async fn run<S>(session: &mut Session<S>, chain: &Chain, server: &str, tip: &Tip) -> Proof
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let claim = tip.height;
     let params = chain.params();
+    let agreement = chain.agreement();
+    let proven = chain.tip().height;
+    // The server's word where the servers are to agree, when still needed;
+    // asked as the first call of a proof from there, which it starts when
+    // it completes the agreement.
+    let mut heard = None;
+    if let Some(height) = agreement.wants_word(server, proven).filter(|h| *h <= claim) {
+        let count = (claim - height).saturating_add(1).min(PER_CALL);
+        let headers = match fetch(session, height, count).await {
+            Ok(headers) => headers,
+            Err(proof) => return proof,
+        };
+        agreement.heard(params, server, height, headers.first());
+        heard = Some((height, count, headers));
+    }
+    // Calls made besides the proof's own: the word, unless it is the first.
+    let mut besides = usize::from(heard.is_some());
+    // The agreed block first, when above the record and near enough for
+    // one probe (a word may have taken a call); then the record's.
+    let reach = (MAX_CALLS as u64 - 1) * PER_CALL;
+    let agreed = agreement
+        .anchor()
+        .filter(|a| a.height > proven && a.height <= claim && claim - a.height < reach);
     // Find a known block the server has: its header at that height hashes
     // to ours. The answer carries the headers after it, too.
     let mut found = None;
-    for anchor in anchors(chain, claim) {
-        let count = (claim - anchor.height).saturating_add(1).min(PER_CALL);
-        let headers = match fetch(session, anchor.height, count).await {
-            Ok(headers) => headers,
-            Err(proof) => return proof,
+    for anchor in agreed.into_iter().chain(anchors(chain, claim)) {
+        let (count, headers) = match heard.take_if(|(at, _, _)| *at == anchor.height) {
+            Some((_, count, headers)) => {
+                besides = 0;
+                (count, headers)
+            }
+            None => {
+                let count = (claim - anchor.height).saturating_add(1).min(PER_CALL);
+                match fetch(session, anchor.height, count).await {
+                    Ok(headers) => {
+                        if agreed == Some(anchor) {
+                            agreement.heard(params, server, anchor.height, headers.first());
+                        }
+                        (count, headers)
+                    }
+                    Err(proof) => return proof,
+                }
+            }
         };
         match headers.first() {
             None => {
@@ -93,7 +170,7 @@ where
                 ));
             }
             Some(first) if first.hash() == anchor.hash => {
-                found = Some((anchor, headers));
+                found = Some((anchor, count, headers));
                 break;
             }
             Some(_) if anchor.height == 0 => {
@@ -106,14 +183,16 @@ where
             Some(_) => {}
         }
     }
-    let Some((anchor, first)) = found else {
+    let Some((anchor, count, first)) = found else {
         return Proof::Contradicted("headers attach to no block we know".into());
     };
+    // Only a run from the proven record is learned.
+    let learned = agreed != Some(anchor);
     let mut run: Vec<Known> = Vec::new();
     // The first answer began with the anchor itself.
-    let mut asked = (claim - anchor.height).min(PER_CALL - 1);
+    let mut asked = count - 1;
     let mut batch = first[1..].to_vec();
-    let mut calls = 1;
+    let mut calls = 1 + besides;
     loop {
         let prev = run.last().copied().unwrap_or(anchor);
         let short = (batch.len() as u64) < asked;
@@ -122,7 +201,9 @@ where
                 Ok(checked) => run.extend(checked),
                 Err(detail) => return Proof::Contradicted(format!("invalid headers: {detail}")),
             }
-            chain.learn(anchor, &run);
+            if learned {
+                chain.learn(anchor, &run);
+            }
         }
         let reached = run.last().copied().unwrap_or(anchor);
         if reached.height >= claim {
@@ -210,6 +291,7 @@ pub fn parse(answer: &Value) -> Option<Vec<Header>> {
     (count == headers.len() as u64).then_some(headers)
 }
 
+// Its fake server also serves the agreement's tests.
 #[cfg(test)]
 #[path = "electrum_headers_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -12,20 +12,20 @@ use crate::probe::electrum::probe;
 use crate::probe::pow::params;
 use crate::sim::simchain::SimChain;
 
-const WAIT: Duration = Duration::from_secs(5);
+pub(in crate::probe) const WAIT: Duration = Duration::from_secs(5);
 
 /// Litecoin regtest's genesis header.
 const GENESIS: &str = "0100000000000000000000000000000000000000000000000000000000000000\
                        00000000d9ced4ed1130f7b7faad9be25323ffafa33232a17c3edf6cfd97bee6\
                        bafbdd97dae5494dffff7f2000000000";
 
-fn chain() -> Chain {
+pub(in crate::probe) fn chain() -> Chain {
     Chain::new(params("litecoin-regtest").unwrap())
 }
 
 /// The regtest chain of the simulated nodes, genesis included: `to + 1`
 /// headers.
-fn honest(to: u64) -> Vec<Header> {
+pub(in crate::probe) fn honest(to: u64) -> Vec<Header> {
     let p = params("litecoin-regtest").unwrap();
     let sim = SimChain::new(p);
     let mut out = vec![header(GENESIS).unwrap()];
@@ -36,7 +36,7 @@ fn honest(to: u64) -> Vec<Header> {
     out
 }
 
-fn hex(h: &Header) -> String {
+pub(in crate::probe) fn hex(h: &Header) -> String {
     h.raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -44,17 +44,17 @@ fn hex(h: &Header) -> String {
 /// serves by height, and whether it answers `blockchain.block.headers` at
 /// all.
 #[derive(Clone)]
-struct Fake {
-    height: u64,
-    tip: Header,
-    headers: Vec<Header>,
-    answers_headers: bool,
+pub(in crate::probe) struct Fake {
+    pub(in crate::probe) height: u64,
+    pub(in crate::probe) tip: Header,
+    pub(in crate::probe) headers: Vec<Header>,
+    pub(in crate::probe) answers_headers: bool,
     /// Protocol 1.6 answers one string per header.
-    array: bool,
+    pub(in crate::probe) array: bool,
 }
 
 impl Fake {
-    fn honest(to: u64) -> Fake {
+    pub(in crate::probe) fn honest(to: u64) -> Fake {
         let headers = honest(to);
         Fake {
             height: to,
@@ -92,7 +92,7 @@ impl Fake {
 
 /// Serve `fake` on loopback; the `blockchain.block.headers` requests it
 /// got come out of the receiver as (start, count).
-async fn serve(fake: Fake) -> (String, mpsc::UnboundedReceiver<(u64, u64)>) {
+pub(in crate::probe) async fn serve(fake: Fake) -> (String, mpsc::UnboundedReceiver<(u64, u64)>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (tx, rx) = mpsc::unbounded_channel();

@@ -5,6 +5,7 @@
 //! `Pool::needs_proof`) and the data path's `connect`; never on operations
 //! or runtime.
 
+pub mod agreed;
 pub mod chain;
 pub mod dns;
 pub mod electrum;

@@ -22,6 +22,7 @@ use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
 use crate::net::connect;
 use crate::pool::registry::{BackendId, Pool};
 use crate::pool::report::{Report, Verdict};
+use crate::probe::agreed::Enlisted;
 use crate::probe::chain::{Chain, Proving};
 use crate::probe::http::HttpProber;
 use crate::probe::tls::AnyCertTls;
@@ -153,9 +154,24 @@ impl Prober {
         let subs: Subscribers = Arc::default();
         lock(&subs.list).push((Arc::downgrade(pool), id));
         probes.insert(key.clone(), subs.clone());
+        // Enlisted before any probe runs, for as long as its task does.
+        let enlisted = self.enlist(&key);
         let this = self.clone();
-        self.tracker
-            .spawn(async move { this.probe_loop(key, url, subs).await });
+        self.tracker.spawn(async move {
+            this.probe_loop(key, url, subs).await;
+            drop(enlisted);
+        });
+    }
+
+    /// An Electrum server of a named network is one of those whose word
+    /// an agreed anchor needs (see [`crate::probe::agreed`]).
+    fn enlist(&self, key: &ProbeKey) -> Option<Enlisted> {
+        match key.kind {
+            ProbeKind::Electrum | ProbeKind::ElectrumTls => self
+                .chain(&key.network)
+                .map(|chain| Enlisted::new(chain, &key.addr)),
+            _ => None,
+        }
     }
 
     async fn probe_loop(self, key: ProbeKey, url: Option<SecretUrl>, subs: Subscribers) {
@@ -315,3 +331,7 @@ impl Prober {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+#[path = "prober_tests.rs"]
+mod tests;
