@@ -7,12 +7,14 @@
 
 pub use crate::ops::admin::{AdminRequest, parse_request};
 pub use crate::ops::admin::{HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_PER_SOURCE};
+pub use crate::ops::status::{
+    BackendStatus, PoolStatus, ProbeStatus, QuarantineStatus, Status, of_pool as status,
+};
 pub use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
 pub use crate::pool::registry::{ConnId, Pool, ProbeRecord};
 pub use crate::pool::report::{Proof, Report, Verdict};
 pub use crate::pool::snapshot::{
     BackendSnapshot, ConnSnapshot, ConnState, Counters, PoolSnapshot, QuarantineSnapshot,
 };
-pub use crate::pool::status::{BackendStatus, PoolStatus, ProbeStatus, QuarantineStatus, Status};
 pub use crate::probe::http::parse_blockbook;
 pub use crate::probe::{pow, wire};

@@ -77,6 +77,63 @@ fn every_layer_uses_only_itself_and_those_below() {
     );
 }
 
+/// Names that mean socket, name or file work: none of them belongs in the
+/// pool, which holds state and pure rules (the data path and the runtime
+/// do the I/O and hand their answers in).
+const IO: [&str; 10] = [
+    "tokio::net",
+    "std::net::TcpStream",
+    "std::net::TcpListener",
+    "std::net::UdpSocket",
+    "UdpSocket::",
+    "lookup_host",
+    "hickory",
+    "std::fs",
+    "tokio::fs",
+    "socket2",
+];
+
+/// The I/O names `code` uses.
+fn io_named(code: &str) -> Vec<&'static str> {
+    IO.iter()
+        .copied()
+        .filter(|name| code.contains(name))
+        .collect()
+}
+
+#[test]
+fn the_pool_does_no_io() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/pool"),
+        &mut files,
+    );
+    let mut found = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap();
+        if file.to_string_lossy().ends_with("_tests.rs") {
+            continue;
+        }
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        for name in io_named(code) {
+            found.push(format!("{}: {name}", file.display()));
+        }
+    }
+    assert!(found.is_empty(), "I/O in src/pool/:\n{}", found.join("\n"));
+}
+
+#[test]
+fn io_names_are_found() {
+    assert_eq!(
+        io_named("let r = tokio::net::lookup_host(a).await;"),
+        vec!["tokio::net", "lookup_host"]
+    );
+    assert_eq!(
+        io_named("use crate::config::local::reaches;"),
+        Vec::<&str>::new()
+    );
+}
+
 #[test]
 fn named_layers_reads_paths_and_groups() {
     let found = named_layers("use crate::pool::Pool; x(crate::net::connect); use crate::{a, b};");

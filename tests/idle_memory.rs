@@ -82,7 +82,9 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
     let data = pattern(7, PER_CONN);
     let mut back = vec![0u8; PER_CONN];
     wait_until("start-up probe", T, || {
-        proxy.pool().status().backends[0].last_probe.is_some()
+        pin_proxy::inspect::status(proxy.pool()).backends[0]
+            .last_probe
+            .is_some()
     })
     .await;
     let before = LIVE.load(Ordering::Relaxed);
@@ -100,7 +102,7 @@ async fn idle_connections_hold_no_buffers_after_moving_data() {
         got.unwrap();
         assert!(back == data, "echo mismatch");
     }
-    let moved = proxy.pool().status().backends[0].bytes_up;
+    let moved = pin_proxy::inspect::status(proxy.pool()).backends[0].bytes_up;
     assert_eq!(moved, (CONNS * PER_CONN) as u64);
     let after = LIVE.load(Ordering::Relaxed);
     let per_conn = (after - before) / CONNS as isize;

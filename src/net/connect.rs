@@ -141,7 +141,7 @@ async fn dial(
     let mut last = None;
     let mut ours = None;
     for sa in addrs {
-        if let Some(to) = own.and_then(|o| o.reached_by(sa)) {
+        if let Some(to) = own.and_then(|o| crate::net::own::reached_by(o, sa)) {
             ours = Some(to);
             continue;
         }

@@ -11,6 +11,7 @@ pub mod closed_log;
 pub mod connect;
 pub mod handover;
 pub mod listener;
+pub mod own;
 pub mod pipe;
 pub mod reject_fold;
 pub mod session;

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::ops::admin::{BackendAnswer, ErrorAnswer, UPGRADE_REQUEST_TIMEOUT};
 use crate::ops::control::{Reloaded, Upgraded};
-use crate::pool::status::Status;
+use crate::ops::status::Status;
 
 /// Budget for the TCP connect to the admin endpoint.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

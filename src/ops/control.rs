@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use crate::config::ConfigError;
 use crate::net::listener::BindError;
+use crate::ops::status::Status;
 use crate::pool::registry::Pool;
-use crate::pool::status::Status;
 
 /// A reload request: the answer is what changed, or an error when the
 /// reload was refused (the old config keeps running).
@@ -238,7 +238,11 @@ impl Control {
             pid: std::process::id(),
             generation: self.generation,
             uptime_s: self.started.elapsed().as_secs(),
-            pools: self.pools().iter().map(|p| p.status()).collect(),
+            pools: self
+                .pools()
+                .iter()
+                .map(|p| crate::ops::status::of_pool(p))
+                .collect(),
         }
     }
 

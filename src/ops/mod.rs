@@ -12,3 +12,5 @@ pub mod admin;
 pub mod admin_cli;
 pub mod control;
 pub mod metrics;
+/// The `/status` document, built from the pools' snapshots.
+pub mod status;

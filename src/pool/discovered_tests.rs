@@ -359,7 +359,7 @@ async fn a_member_left_out_shows_when_it_leaves() {
     time::advance(Duration::from_secs(2)).await;
     pool.apply_lookup("ltc", vec![found(2)], Instant::now());
     let wall = SystemTime::now();
-    let status = pool.status();
+    let status = pool.overview();
     let by = |name: &str| {
         status
             .backends
@@ -371,16 +371,15 @@ async fn a_member_left_out_shows_when_it_leaves() {
     assert_eq!(by("ltc/127.0.0.2:9333").leaving_at, None);
     assert_eq!(by("s").leaving_at, None);
     let at = by("ltc/127.0.0.3:9333").leaving_at.expect("leaving");
-    let at = humantime::parse_rfc3339(&at).unwrap();
     let left = at.duration_since(wall).unwrap_or_default();
     assert!(
-        left > HOLD - Duration::from_secs(2) && left <= HOLD,
+        left > HOLD - Duration::from_secs(2) && left <= HOLD + Duration::from_secs(1),
         "{left:?}"
     );
     // Named again: it stays.
     pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
     assert_eq!(
-        pool.status()
+        pool.overview()
             .backends
             .iter()
             .find(|b| b.name == "ltc/127.0.0.3:9333")

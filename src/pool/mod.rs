@@ -31,5 +31,4 @@ pub mod saved;
 pub mod select;
 pub mod snapshot;
 pub mod stall;
-pub mod status;
 pub mod tally;

@@ -1,5 +1,7 @@
 //! A backend that is this proxy itself: the process's own listen addresses,
-//! and whether a backend address reaches one of them.
+//! and whether a backend address reaches one of them. State only: the
+//! socket and name work (is an IP the host's own, what a name resolves
+//! to) is `net::own`'s, which hands its answers in.
 //!
 //! A client leg dialled to one of our own listeners is accepted as a new
 //! client, whose leg dials us again: a chain that ends only at
@@ -16,7 +18,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
-use crate::config::local::{is_local_ip, reaches};
+use crate::config::local::reaches;
 
 /// How long a "this IP is (not) ours" answer is trusted: addresses come and
 /// go with interfaces and DHCP.
@@ -44,35 +46,33 @@ impl OwnListeners {
         self.addrs.store(Arc::new(addrs));
     }
 
-    /// The listener of ours that a connect to `to` would reach, if any.
+    /// The listener of ours that a connect to `to` would reach, if any;
+    /// `is_local` tells whether an address is one of the host's own.
     ///
     /// Cheap for the usual backend: one atomic load and a scan of a few
-    /// ports; the "is this IP one of the host's" lookup runs only when the
-    /// port is one a wildcard listener of ours holds (cached per IP).
-    pub fn reached_by(&self, to: SocketAddr) -> Option<SocketAddr> {
-        let addrs = self.addrs.load();
-        if !addrs.iter().any(|l| l.port() == to.port()) {
+    /// ports; `is_local` runs only when the port is one a wildcard
+    /// listener of ours holds, and its answers are cached per IP.
+    pub fn reached_by(
+        &self,
+        to: SocketAddr,
+        is_local: impl Fn(SocketAddr) -> bool,
+    ) -> Option<SocketAddr> {
+        if !self.holds_port(to.port()) {
             return None;
         }
+        let addrs = self.addrs.load();
         addrs
             .iter()
             .copied()
-            .find(|l| reaches(to, *l, |ip| self.is_local_cached(ip)))
+            .find(|l| reaches(to, *l, |ip| self.is_local_cached(ip, &is_local)))
     }
 
-    /// The listener of ours that `addr` (`host:port`) resolves to, if any.
-    /// Resolves only when the port is one of ours, so probes of remote
-    /// nodes cost nothing more.
-    pub async fn reached_by_name(&self, addr: &str) -> Option<SocketAddr> {
-        let port: u16 = addr.rsplit_once(':')?.1.parse().ok()?;
-        if !self.addrs.load().iter().any(|l| l.port() == port) {
-            return None;
-        }
-        let resolved = tokio::net::lookup_host(addr).await.ok()?;
-        resolved.into_iter().find_map(|sa| self.reached_by(sa))
+    /// True when one of our listeners has `port`.
+    pub fn holds_port(&self, port: u16) -> bool {
+        self.addrs.load().iter().any(|l| l.port() == port)
     }
 
-    fn is_local_cached(&self, ip: SocketAddr) -> bool {
+    fn is_local_cached(&self, ip: SocketAddr, is_local: impl Fn(SocketAddr) -> bool) -> bool {
         let now = Instant::now();
         let mut cache = self.local_ips.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((local, at)) = cache.get(&ip.ip())
@@ -80,7 +80,7 @@ impl OwnListeners {
         {
             return *local;
         }
-        let local = is_local_ip(ip);
+        let local = is_local(ip);
         if cache.len() >= LOCAL_IP_CACHE {
             cache.clear();
         }
@@ -100,11 +100,16 @@ mod tests {
     #[test]
     fn listeners_are_matched_after_set_and_not_before() {
         let own = OwnListeners::new();
-        assert_eq!(own.reached_by(sa("127.0.0.1:7")), None);
+        // The host's own addresses, as `net::own` would find them.
+        let is_local = |a: SocketAddr| a.ip().is_loopback();
+        assert_eq!(own.reached_by(sa("127.0.0.1:7"), is_local), None);
         own.set(vec![sa("0.0.0.0:7"), sa("[::1]:8")]);
-        assert_eq!(own.reached_by(sa("127.0.0.1:7")), Some(sa("0.0.0.0:7")));
-        assert_eq!(own.reached_by(sa("[::1]:8")), Some(sa("[::1]:8")));
-        assert_eq!(own.reached_by(sa("[::1]:7")), None);
-        assert_eq!(own.reached_by(sa("203.0.113.7:7")), None);
+        assert_eq!(
+            own.reached_by(sa("127.0.0.1:7"), is_local),
+            Some(sa("0.0.0.0:7"))
+        );
+        assert_eq!(own.reached_by(sa("[::1]:8"), is_local), Some(sa("[::1]:8")));
+        assert_eq!(own.reached_by(sa("[::1]:7"), is_local), None);
+        assert_eq!(own.reached_by(sa("203.0.113.7:7"), is_local), None);
     }
 }

@@ -7,7 +7,6 @@
 
 pub mod agreed;
 pub mod chain;
-pub mod dns;
 pub mod electrum;
 pub mod electrum_headers;
 pub mod headers;

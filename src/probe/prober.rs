@@ -308,7 +308,7 @@ impl Prober {
         live: &[(Arc<Pool>, BackendId, u64)],
     ) -> Option<SocketAddr> {
         let (pool, _, _) = live.first()?;
-        let reached = pool.own().reached_by_name(&key.addr);
+        let reached = crate::net::own::reached_by_name(pool.own(), &key.addr);
         tokio::time::timeout(key.timeout, reached)
             .await
             .ok()

@@ -5,6 +5,8 @@
 //! is logged (`discovery_failed`) when it starts failing or fails for
 //! another reason.
 
+pub mod dns;
+
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
@@ -12,8 +14,8 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::pool::registry::Pool;
-use crate::probe::dns::Dns;
 use crate::probe::prober::Prober;
+use dns::Dns;
 
 /// Run `pool`'s lookups until the pool stops; `first` is told when the
 /// first round is done (or at once when the pool discovers nothing).

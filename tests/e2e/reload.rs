@@ -209,11 +209,11 @@ async fn quarantine_and_strikes_survive_a_reload() {
     let proxy = Running::start_file(&path);
     let (control, p) = (proxy.control(), proxy.pool());
     p.quarantine("a", Duration::from_secs(3600)).unwrap();
-    let before = p.status().backends[0].clone();
+    let before = pin_proxy::inspect::status(p).backends[0].clone();
     assert_eq!(before.state, "quarantined");
     write(&[("a", a.addr), ("b", b.addr)]);
     control.reload().await.unwrap();
-    let after = p.status();
+    let after = pin_proxy::inspect::status(p);
     assert_eq!(after.backends.len(), 2);
     assert_eq!(
         after.backends[0].quarantine, before.quarantine,
@@ -229,7 +229,11 @@ async fn quarantine_and_strikes_survive_a_reload() {
         "refused as an invalid config: {err:?}"
     );
     assert!(err.to_string().contains("config.yaml"), "{err}");
-    assert_eq!(p.status().backends.len(), 2, "the old config keeps running");
+    assert_eq!(
+        pin_proxy::inspect::status(p).backends.len(),
+        2,
+        "the old config keeps running"
+    );
     proxy.stop().await;
 }
 

@@ -487,7 +487,7 @@ fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
     pool.apply_probe(a, &honest, pool.epoch_of(a).unwrap(), now);
     let claim = Report::with_height(Verdict::Healthy, LIAR, format!("height {LIAR}"));
     pool.apply_probe(liar, &claim, pool.epoch_of(liar).unwrap(), now);
-    let status = pool.status();
+    let status = pin_proxy::inspect::status(&pool);
     let probe = status.backends[1].last_probe.as_ref().unwrap();
     assert_eq!(probe.outcome, "unknown");
     assert!(probe.detail.contains("not counted"), "{}", probe.detail);
@@ -515,7 +515,12 @@ fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
         proof,
         ..Report::with_height(Verdict::Healthy, LIAR, format!("height {LIAR}"))
     };
-    let last = |pool: &Pool| pool.status().backends[1].last_probe.clone().unwrap();
+    let last = |pool: &Pool| {
+        pin_proxy::inspect::status(pool).backends[1]
+            .last_probe
+            .clone()
+            .unwrap()
+    };
     let why = "headers end at height 20, below the claimed 2000000000";
     let contradicted = claim(Proof::Contradicted(why.into()));
     pool.apply_probe(liar, &contradicted, pool.epoch_of(liar).unwrap(), now);

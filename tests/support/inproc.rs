@@ -111,8 +111,7 @@ impl Running {
 
     /// The status of backend `name` of the first pool.
     pub fn backend(&self, name: &str) -> BackendStatus {
-        self.pool()
-            .status()
+        pin_proxy::inspect::status(self.pool())
             .backends
             .into_iter()
             .find(|b| b.name == name)

@@ -20,8 +20,8 @@ use super::slots::NoSlot;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
+use crate::ops::status::{BackendStatus, QuarantineStatus};
 use crate::pool::health::MAX_MANUAL_WINDOW;
-use crate::pool::status::{BackendStatus, QuarantineStatus};
 
 /// Largest request body accepted (bodies are ignored, but must end).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -389,7 +389,10 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
             window,
         } => {
             let p = find_pool(ctx, &pool)?;
-            let before = p.status().backends.into_iter().find(|b| b.name == backend);
+            let before = crate::ops::status::of_pool(&p)
+                .backends
+                .into_iter()
+                .find(|b| b.name == backend);
             let kept = p.quarantine(&backend, window).map_err(not_found)?;
             let mut answer = backend_answer(ctx, pool, &backend)?;
             answer.kept_connections = (kept > 0).then_some(kept);
@@ -500,7 +503,12 @@ fn backend_answer(ctx: &Ctx, pool: String, backend: &str) -> Result<BackendAnswe
     let status = ctx
         .control
         .pool(&pool)
-        .and_then(|p| p.status().backends.into_iter().find(|b| b.name == backend))
+        .and_then(|p| {
+            crate::ops::status::of_pool(&p)
+                .backends
+                .into_iter()
+                .find(|b| b.name == backend)
+        })
         .ok_or_else(|| {
             Fail::new(
                 StatusCode::NOT_FOUND,

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
-use crate::pool::status::{BackendStatus, PoolStatus, Status};
+use crate::ops::status::{BackendStatus, PoolStatus, Status};
 
 const HEADER: [&str; 9] = [
     "BACKEND",
@@ -228,7 +228,7 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::status::{DiscoveryStatus, ProbeStatus, QuarantineStatus};
+    use crate::ops::status::{DiscoveryStatus, ProbeStatus, QuarantineStatus};
 
     fn backend(name: &str) -> BackendStatus {
         BackendStatus {

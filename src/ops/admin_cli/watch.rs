@@ -9,7 +9,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::MissedTickBehavior;
 
 use super::{Target, status};
-use crate::pool::status::rfc3339;
+use crate::ops::status::rfc3339;
 
 /// Time between the starts of two fetches.
 pub const EVERY: Duration = Duration::from_secs(1);

@@ -16,9 +16,9 @@ use tracing::{error, info};
 
 use super::client::{Clients, Dialer};
 use super::{DemoNode, NODES};
+use crate::ops::status::BackendStatus;
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::PoolSnapshot;
-use crate::pool::status::BackendStatus;
 
 /// How many clients the demo runs.
 const CLIENTS: usize = 6;

@@ -128,12 +128,10 @@ pub struct ProbeStatus {
     pub detail: String,
 }
 
-impl Pool {
-    /// Copy out this pool's status (from an [`overview`](Pool::overview):
-    /// one lock, O(backends)).
-    pub fn status(&self) -> PoolStatus {
-        PoolStatus::of(&self.overview(), &Policy::of(&self.config()))
-    }
+/// Copy out `pool`'s status (from an [`overview`](Pool::overview): one
+/// lock, O(backends)).
+pub fn of_pool(pool: &Pool) -> PoolStatus {
+    PoolStatus::of(&pool.overview(), &Policy::of(&pool.config()))
 }
 
 impl PoolStatus {
