@@ -5,77 +5,32 @@
 //! status|quarantine|release` in `admin/cli.rs`; the status page's headers
 //! and the refusal of cross-site commands in `admin/page.rs`, the page in a
 //! real browser in `admin/browser.rs`, the `Host` rule against DNS
-//! rebinding in `admin/hosts.rs`.
+//! rebinding in `admin/hosts.rs`. Their harness: `support::admin_http`
+//! (the HTTP client), `support::admin_pool` (the instance they start
+//! from), `support::admin_wait` and `support::status_page`.
 
 #[path = "admin/bounds.rs"]
 mod bounds;
 #[path = "admin/browser.rs"]
 mod browser;
 #[path = "admin/cli.rs"]
-pub(crate) mod cli;
+mod cli;
 #[path = "admin/errors.rs"]
 mod errors;
 #[path = "admin/hosts.rs"]
 mod hosts;
-#[path = "admin/http.rs"]
-pub(crate) mod http;
 #[path = "admin/page.rs"]
 mod page;
 
-use std::net::SocketAddr;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use crate::support::nodes::Node;
-use crate::support::proxy::Proxy;
+use crate::support::admin_http::{Kind, backend, metrics, request, status};
+use crate::support::admin_pool::{T, config, two_echo};
+use crate::support::admin_wait::wait_status;
 use crate::support::{hash_to_eof, pattern, send_all, within};
-use http::{Kind, admin_addr, backend, metrics, request, status};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-const T: Duration = Duration::from_secs(10);
-
-/// Pool `p` with `(name, addr, backup)` backends and an admin endpoint;
-/// `admin_extra` is appended inside the `admin:` map.
-fn config(backends: &[(&str, SocketAddr, bool)], admin_extra: &str) -> String {
-    let list: String = backends
-        .iter()
-        .map(|(n, a, b)| format!("      - {{ name: {n}, addr: \"{a}\", backup: {b} }}\n"))
-        .collect();
-    format!(
-        "admin: {{ listen: 127.0.0.1:0{admin_extra} }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n{list}"
-    )
-}
-
-/// A proxy over two echo nodes `a` and `b` (`b` a backup if `backup`), once
-/// both start-up probes are in.
-async fn two_echo(backup: bool) -> (Proxy, SocketAddr, [Node; 2]) {
-    let nodes = [Node::echo().await, Node::echo().await];
-    let yaml = config(
-        &[("a", nodes[0].addr, false), ("b", nodes[1].addr, backup)],
-        "",
-    );
-    let proxy = Proxy::start(&yaml).await;
-    proxy.wait_count(|e| e["message"] == "probe", 2, T).await;
-    let admin = admin_addr(&proxy);
-    (proxy, admin, nodes)
-}
-
-/// `/status` polled until `cond` holds.
-async fn status_until(admin: SocketAddr, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let s = status(admin).await;
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_list_every_backend_at_zero_from_start_up() {
@@ -150,9 +105,10 @@ async fn status_and_metrics_count_live_and_closed_connections_and_bytes() {
     drop(done);
 
     let total = (n + m) as u64;
-    let s = status_until(admin, "bytes and one live connection", |s| {
+    let s = wait_status(admin, "bytes and one live connection", T, |s| {
         let a = backend(s, "p", "a");
-        a["bytes_up"] == total && a["bytes_down"] == total && a["connections"] == 1
+        (a["bytes_up"] == total && a["bytes_down"] == total && a["connections"] == 1)
+            .then(|| s.clone())
     })
     .await;
     assert_eq!(s["pools"][0]["connections"], 1);

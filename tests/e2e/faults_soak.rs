@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::faults_support::{
-    Rng, Verifier, admin_addr, fd_count, fill_at, live_connections, long_run, ms, rss_kib,
-    soak_secs, wait_named,
+    Rng, Verifier, admin_addr, fd_count, fill_at, long_run, ms, rss_kib, soak_secs, wait_named,
 };
+use crate::support::admin_wait::wait_status;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
@@ -342,8 +342,11 @@ async fn churn_with_resets_both_sides_leaves_no_fd_or_connection_behind() {
     .sum();
     // Every session ends and gives back its descriptors.
     let t0 = Instant::now();
-    wait_until("no live connection in /status", T, || {
-        live_connections(admin, "p") == 0
+    wait_status(admin, "no live connection in /status", T, |s| {
+        let p = s["pools"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == "p"));
+        (p.expect("pool p in /status")["connections"] == 0).then_some(())
     })
     .await;
     wait_until("fds back to baseline", T, || fd_count(pid) <= fd_base).await;

@@ -20,6 +20,7 @@ mod docs;
 mod faults;
 mod faults_soak;
 mod fuzz_corpus;
+mod harness_imports;
 mod health;
 mod lifecycle;
 mod man_page;

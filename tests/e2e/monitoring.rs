@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::admin::http::request;
+use crate::support::admin_http::request;
 use crate::support::litecoind::peers_available;
 use crate::support::nodes::{Node, echo_client, refused_addr};
 use crate::support::proxy::Proxy;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::admin::cli::cli;
+use crate::support::cli::cli;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 

@@ -1,10 +1,9 @@
 //! No secret from a `probe_url` (userinfo, query) reaches a log line, an
 //! error, `/status`, `/metrics` or `check`'s output.
 
-use crate::admin::http;
-
 use std::time::Duration;
 
+use crate::support::admin_http;
 use crate::support::nodes::{Node, refused_addr};
 use crate::support::proxy::{Proxy, binary};
 
@@ -34,12 +33,12 @@ async fn probe_url_secrets_stay_out_of_logs_status_metrics_and_check() {
     // The REST twin refuses: the probe says unknown with a detail.
     let probe = proxy.wait_event(|e| e["message"] == "probe", T).await;
     assert_eq!(probe["outcome"], "unknown", "{probe}");
-    let admin = http::admin_addr(&proxy);
-    let status = http::request(admin, "GET", "/status").await;
+    let admin = admin_http::admin_addr(&proxy);
+    let status = admin_http::request(admin, "GET", "/status").await;
     assert_eq!(status.status, 200);
     assert!(status.body.contains("\"bb\""), "{}", status.body);
     assert_clean("/status", &status.body);
-    let metrics = http::request(admin, "GET", "/metrics").await;
+    let metrics = admin_http::request(admin, "GET", "/metrics").await;
     assert_eq!(metrics.status, 200);
     assert_clean("/metrics", &metrics.body);
     // A reload that fails on this file's secret-bearing key names it masked.

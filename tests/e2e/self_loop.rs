@@ -4,15 +4,13 @@
 //! never dialled: the backend goes down at once, clients fail over, and no
 //! chain of nested connections starts.
 
-use crate::admin::http;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::admin_http::{admin_addr, backend, status};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::within;
-use http::{admin_addr, backend, status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::admin::http::{admin_addr, request};
+use crate::support::admin_http::{admin_addr, request};
 use crate::support::nodes::{Node, echo_client};
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};

@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::admin::http::{backend, request, status};
+use crate::support::admin_http::{backend, status};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
+use crate::support::stall::{config_with, everyone_kept, stalled_detail, wait_probes};
 use crate::support::within;
 
 const T: Duration = Duration::from_secs(10);
@@ -39,17 +40,6 @@ async fn ticker(sending: Arc<AtomicBool>) -> Node {
 
 fn config(a: SocketAddr, b: SocketAddr, stall: &str) -> String {
     config_with(a, b, &format!("stall_timeout: {stall}"))
-}
-
-/// A pool of `a` and `b` probed every 100 ms, with `stall` (the stall
-/// keys) in its `health`.
-pub(crate) fn config_with(a: SocketAddr, b: SocketAddr, stall: &str) -> String {
-    format!(
-        "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
-         rebalance: {{ interval: 0s }}\n    quarantine: {{ base: 1h, max: 1h }}\n    \
-         health: {{ probe: connect, interval: 100ms, fall: 2, {stall}, drain_spread: 0s }}\n    \
-         backends: [{{ name: a, addr: \"{a}\" }}, {{ name: b, addr: \"{b}\" }}]\n"
-    )
 }
 
 /// One client on each backend, in config order (least used first).
@@ -119,59 +109,6 @@ async fn a_pool_where_nobody_sends_keeps_everyone() {
     wait_probes(&proxy, "a", 30).await;
     wait_probes(&proxy, "b", 30).await;
     everyone_kept(&proxy, 1).await;
-}
-
-/// Nobody was quarantined: `a` and `b` are healthy with `n` connections each.
-pub(crate) async fn everyone_kept(proxy: &Proxy, n: u64) {
-    assert!(
-        proxy.named("quarantined").is_empty(),
-        "{:?}",
-        proxy.named("quarantined")
-    );
-    let st = status(proxy.admin()).await;
-    for name in ["a", "b"] {
-        let b = backend(&st, "p", name);
-        assert_eq!(b["state"], "healthy", "{b}");
-        assert_eq!(b["connections"], n, "{b}");
-    }
-}
-
-/// Once `name` is quarantined as `stalled`: the `detail` of the probe
-/// event that said so.
-pub(crate) async fn stalled_detail(proxy: &Proxy, name: &str) -> String {
-    let taken = proxy
-        .wait_event(|e| e["message"] == "quarantined" && e["backend"] == name, T)
-        .await;
-    assert_eq!(taken["reason"], "stalled", "{taken}");
-    let probe = proxy
-        .named("probe")
-        .into_iter()
-        .find(|e| e["backend"] == name && e["outcome"] == "stalled")
-        .expect("a probe event says stalled");
-    probe["detail"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Until `/metrics` counts `n` probes of `name`.
-pub(crate) async fn wait_probes(proxy: &Proxy, name: &str, n: u64) {
-    let deadline = tokio::time::Instant::now() + T;
-    let needle =
-        format!("pin_proxy_probes_total{{pool=\"p\",backend=\"{name}\",outcome=\"healthy\"}} ");
-    loop {
-        let m = request(proxy.admin(), "GET", "/metrics").await.body;
-        let count = m
-            .lines()
-            .find_map(|l| l.strip_prefix(&needle))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if count >= n as f64 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: {count} probes\n{m}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A client bound to `from` (a loopback address) connected to `to`.

@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::stall::{config_with, everyone_kept, stalled_detail, wait_probes};
 use crate::support::nodes::{Node, echo_client};
 use crate::support::proxy::Proxy;
+use crate::support::stall::{config_with, everyone_kept, stalled_detail, wait_probes};
 use crate::support::within;
 
 const T: Duration = Duration::from_secs(10);

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use crate::admin::http::{admin_addr, backend, request, status};
+use crate::support::admin_http::{admin_addr, backend, request, status};
 use crate::support::nodes::{Node, refused_addr};
 use crate::support::proxy::Proxy;
 use crate::support::wait_until;

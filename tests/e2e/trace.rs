@@ -18,10 +18,11 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::admin::http::request;
+use crate::support::admin_http::request;
+use crate::support::admin_wait::wait_status;
 use crate::support::nodes::{Node, echo_client};
 use crate::support::proxy::Proxy;
-use crate::upgrade::{Bin, upgrade_ok};
+use crate::support::upgrade::{Bin, upgrade_ok};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -223,9 +224,10 @@ fn config(nodes: &[(&str, SocketAddr)], max: usize) -> String {
     )
 }
 
-async fn backend_state(proxy: &Proxy, name: &str) -> (String, u64) {
-    let s = request(proxy.admin(), "GET", "/status").await.json();
-    let b = s["pools"][0]["backends"]
+/// State and connections of backend `name` of the first pool in
+/// `status`; `gone` when it is not there.
+fn backend_state(status: &Value, name: &str) -> (String, u64) {
+    let b = status["pools"][0]["backends"]
         .as_array()
         .and_then(|l| l.iter().find(|b| b["name"] == name).cloned())
         .unwrap_or(Value::Null);
@@ -236,37 +238,21 @@ async fn backend_state(proxy: &Proxy, name: &str) -> (String, u64) {
 }
 
 async fn wait_state(proxy: &Proxy, name: &str, want: &str) {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        if backend_state(proxy, name).await.0 == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never {want}: {:?}",
-            backend_state(proxy, name).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_status(proxy.admin(), &format!("{name} {want}"), T, |s| {
+        (backend_state(s, name).0 == want).then_some(())
+    })
+    .await;
 }
 
 /// Wait until the pool holds `n` spliced connections.
 async fn wait_active(proxy: &Proxy, n: u64) {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let s = request(proxy.admin(), "GET", "/status").await.json();
+    wait_status(proxy.admin(), &format!("{n} connections"), T, |s| {
         let active: u64 = s["pools"][0]["backends"].as_array().map_or(0, |l| {
             l.iter().filter_map(|b| b["connections"].as_u64()).sum()
         });
-        if active == n {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{active} connections, not {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (active == n).then_some(())
+    })
+    .await;
 }
 
 /// True once a client's connection was closed by the proxy.
@@ -332,11 +318,10 @@ async fn scripted_run_transcript() {
 
     t.admin(&proxy, "POST", "/pools/p/backends/b/quarantine?for=1h")
         .await;
-    let deadline = tokio::time::Instant::now() + T;
-    while backend_state(&proxy, "b").await.1 > 0 {
-        assert!(tokio::time::Instant::now() < deadline, "b never drained");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_status(proxy.admin(), "b drained", T, |s| {
+        (backend_state(s, "b").1 == 0).then_some(())
+    })
+    .await;
     let mut kept = Vec::new();
     for mut s in clients {
         if !closed(&mut s).await {

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use crate::support::admin_http::backend;
+use crate::support::admin_wait::wait_status;
 use crate::support::inproc::{Running, T};
 use crate::support::{wait_until, within};
-use pin_proxy::inspect::ProbeOutcome;
+use pin_proxy::inspect::{BackendStatus, ProbeOutcome};
 use pin_proxy::sim::simnode::SimNode;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -79,19 +81,18 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
     // A came back (that bound is only the wait's own, `T`).
     let window_end = started + WINDOW;
     let mut in_window = None;
-    let back = within("a back after its window", T, async {
-        loop {
-            let seen = proxy.backend("a");
-            let passed = proxy.probes("a", ProbeOutcome::Healthy) - passed_before;
-            let at = Instant::now();
-            if at < window_end {
-                // Read before the window could have ended.
-                assert_eq!(seen.state, "quarantined", "returned inside its window");
-                in_window = Some(passed);
-            } else if seen.state == "healthy" {
-                return (seen, started.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    let back = wait_status(&proxy, "a back after its window", T, |status| {
+        let seen: BackendStatus =
+            serde_json::from_value(backend(status, "p", "a").clone()).expect("a backend's status");
+        let passed = proxy.probes("a", ProbeOutcome::Healthy) - passed_before;
+        let at = Instant::now();
+        if at < window_end {
+            // Read before the window could have ended.
+            assert_eq!(seen.state, "quarantined", "returned inside its window");
+            in_window = Some(passed);
+            None
+        } else {
+            (seen.state == "healthy").then(|| (seen, started.elapsed()))
         }
     })
     .await;

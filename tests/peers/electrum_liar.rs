@@ -8,11 +8,11 @@
 //! Skips when litecoind or ElectrumX is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
-use crate::liar::{assert_untouched, judged_contradicted};
 use crate::support::electrum_liar::{ElectrumLiar, forged_header, real_headers};
 use crate::support::electrumx::ElectrumX;
 use crate::support::liar::{
-    Clients, T, about, admin_addr, backend, config, status_of, wait_healthy_probes, wait_live,
+    Clients, T, about, admin_addr, assert_untouched, backend, config, judged_contradicted,
+    status_of, wait_healthy_probes, wait_live,
 };
 use crate::support::litecoind::Litecoind;
 use crate::support::proxy::Proxy;

@@ -4,6 +4,7 @@
 //! Skips when litecoind or ElectrumX is not installed (unless
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -11,9 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::admin_http::backend;
+use crate::support::admin_wait::wait_status;
 use crate::support::electrumx::{ElectrumX, Wallet};
 use crate::support::litecoind::Litecoind;
 use crate::support::proxy::Proxy;
+use crate::support::wait_until;
 
 /// Bound on every wait.
 const T: Duration = Duration::from_secs(20);
@@ -61,16 +65,14 @@ fn status_of(proxy: &Proxy, pool: &str, backend: &str) -> Value {
         .unwrap_or_else(|| panic!("{pool}/{backend} not in {status}"))
 }
 
-/// Poll `f` until it gives a value; panics naming `what` after [`T`].
-fn wait_for<V>(what: &str, mut f: impl FnMut() -> Option<V>) -> V {
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Run `fut` on a runtime of its own: these are plain `#[test]`s, since
+/// their nodes start blocking.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(fut)
 }
 
 #[test]
@@ -103,9 +105,10 @@ fn electrum_probes_read_the_heights_the_servers_serve() {
     }
     node.mine(2);
     for pool in ["tcp", "tls"] {
-        wait_for(&format!("{pool} at height 7 in /status"), || {
-            (status_of(&proxy, pool, "ex")["height"] == 7).then_some(())
-        });
+        let what = format!("{pool} at height 7 in /status");
+        block_on(wait_status(proxy.admin(), &what, T, |s| {
+            (backend(s, pool, "ex")["height"] == 7).then_some(())
+        }));
     }
 }
 
@@ -321,10 +324,11 @@ fn electrum_probe_cost() {
     ]));
     const PROBES: usize = 20;
     for (kind, seen) in [("electrum", &tcp_seen), ("electrum-tls", &tls_seen)] {
-        let mut runs = wait_for(&format!("{PROBES} {kind} probes"), || {
-            let runs = seen.lock().unwrap().clone();
-            (runs.len() >= PROBES).then_some(runs)
-        });
+        let what = format!("{PROBES} {kind} probes");
+        block_on(wait_until(&what, T, || {
+            seen.lock().unwrap().len() >= PROBES
+        }));
+        let mut runs = seen.lock().unwrap().clone();
         runs.sort_by_key(|r| r.probe_done);
         let (fast, median, slow) = (runs[0], runs[runs.len() / 2], runs[runs.len() - 1]);
         println!(

@@ -20,8 +20,9 @@ use std::path::Path;
 
 use crate::support::blockbook::RestTwin;
 use crate::support::liar::{
-    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, backend, config,
-    headers_with_bad_work, probed, status_of, wait_healthy_probes, wait_live, with_url,
+    Clients, REGTEST, ScriptNode, T, about, acted_on, admin_addr, assert_untouched, backend,
+    config, headers_with_bad_work, judged_contradicted, probed, status_of, wait_healthy_probes,
+    wait_live, with_url,
 };
 use crate::support::litecoind::Litecoind;
 use crate::support::live_on;
@@ -79,21 +80,6 @@ fn judged_unproven(proxy: &Proxy, liar: &str, honest: &[&str]) -> Value {
     event
 }
 
-/// Wait until `liar`'s probe is `unhealthy`, or one of `honest` was acted
-/// on (fail at once, with the event). Its detail must say its own headers
-/// contradict its claim, because `why`.
-pub(crate) fn judged_contradicted(proxy: &Proxy, liar: &str, honest: &[&str], why: &str) -> Value {
-    let bad = probed(liar, "unhealthy");
-    let event = proxy.wait_event_blocking(|e| bad(e) || honest.iter().any(|h| acted_on(e, h)), T);
-    assert!(bad(&event), "an honest backend was acted on: {event}");
-    let detail = event["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("contradicted by its own headers") && detail.contains(why),
-        "liar's detail: {detail}"
-    );
-    event
-}
-
 /// `/status` shows `liar` out as `unhealthy`, its last probe saying `why`.
 async fn assert_contradicted(admin: SocketAddr, liar: &str, why: &str) {
     let status = status_of(admin, liar).await;
@@ -113,21 +99,6 @@ async fn assert_not_counted(admin: SocketAddr, liar: &str, why: &str) {
         detail.contains("not counted") && detail.contains(why),
         "{liar}'s detail: {detail}"
     );
-}
-
-/// Nothing acted on `honest`, and no client connection of theirs closed.
-pub(crate) fn assert_untouched(proxy: &Proxy, honest: &[&str]) {
-    let events = proxy.events();
-    for h in honest {
-        let acted: Vec<&Value> = events.iter().filter(|e| acted_on(e, h)).collect();
-        assert!(acted.is_empty(), "{h} was acted on: {acted:?}");
-    }
-    let moved = |e: &&Value| {
-        let theirs = e["pool"] == "p" && honest.iter().any(|h| e["backend"] == *h);
-        theirs && (e["message"] == "closed" || e["message"] == "drained")
-    };
-    let closed: Vec<&Value> = events.iter().filter(moved).collect();
-    assert!(closed.is_empty(), "clients were moved: {closed:?}");
 }
 
 /// Two real Litecoin Core nodes at 20 (mined apart: corroborated by

@@ -14,6 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use super::admin_http::{Kind, Metrics, metrics};
+use super::admin_wait::wait_metrics;
 use super::live_on;
 use super::proxy::Proxy;
 use super::wait_until;
@@ -112,19 +114,15 @@ pub async fn status_of(admin: SocketAddr, name: &str) -> Value {
 
 /// `pin_proxy_probes_total` of `backend` in pool `p` with `outcome`.
 pub async fn probes(admin: SocketAddr, backend: &str, outcome: &str) -> f64 {
-    let body = get(admin, "/metrics").await;
-    let lines = body.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
-    let want = [("pool", "p"), ("backend", backend), ("outcome", outcome)];
-    let labelled = |s: &&prometheus_parse::Sample| {
-        s.metric == "pin_proxy_probes_total"
-            && want.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-    };
-    match scrape.samples.iter().find(labelled).map(|s| &s.value) {
-        Some(prometheus_parse::Value::Counter(v)) => *v,
-        None => 0.0,
-        Some(other) => panic!("probes_total is {other:?}"),
-    }
+    probes_in(&metrics(admin).await, backend, outcome)
+}
+
+/// `pin_proxy_probes_total` of `backend` in pool `p` with `outcome` in
+/// `metrics`.
+fn probes_in(metrics: &Metrics, backend: &str, outcome: &str) -> f64 {
+    let labels = [("pool", "p"), ("backend", backend), ("outcome", outcome)];
+    let count = metrics.get("pin_proxy_probes_total", Kind::Counter, &labels);
+    count.unwrap_or(0.0)
 }
 
 /// Wait until each of `backends` passed `n` more healthy probes: with
@@ -132,15 +130,42 @@ pub async fn probes(admin: SocketAddr, backend: &str, outcome: &str) -> f64 {
 pub async fn wait_healthy_probes(admin: SocketAddr, backends: &[&str], n: u32) {
     for b in backends {
         let start = probes(admin, b, "healthy").await;
-        let deadline = tokio::time::Instant::now() + T;
-        while probes(admin, b, "healthy").await < start + f64::from(n) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{b}: no {n} more healthy probes"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("{n} more healthy probes of {b}");
+        wait_metrics(admin, &what, T, |m| {
+            (probes_in(m, b, "healthy") >= start + f64::from(n)).then_some(())
+        })
+        .await;
     }
+}
+
+/// Wait until `liar`'s probe is `unhealthy`, or one of `honest` was acted
+/// on (fail at once, with the event). Its detail must say its own headers
+/// contradict its claim, because `why`.
+pub fn judged_contradicted(proxy: &Proxy, liar: &str, honest: &[&str], why: &str) -> Value {
+    let bad = probed(liar, "unhealthy");
+    let event = proxy.wait_event_blocking(|e| bad(e) || honest.iter().any(|h| acted_on(e, h)), T);
+    assert!(bad(&event), "an honest backend was acted on: {event}");
+    let detail = event["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("contradicted by its own headers") && detail.contains(why),
+        "liar's detail: {detail}"
+    );
+    event
+}
+
+/// Nothing acted on `honest`, and no client connection of theirs closed.
+pub fn assert_untouched(proxy: &Proxy, honest: &[&str]) {
+    let events = proxy.events();
+    for h in honest {
+        let acted: Vec<&Value> = events.iter().filter(|e| acted_on(e, h)).collect();
+        assert!(acted.is_empty(), "{h} was acted on: {acted:?}");
+    }
+    let moved = |e: &&Value| {
+        let theirs = e["pool"] == "p" && honest.iter().any(|h| e["backend"] == *h);
+        theirs && (e["message"] == "closed" || e["message"] == "drained")
+    };
+    let closed: Vec<&Value> = events.iter().filter(moved).collect();
+    assert!(closed.is_empty(), "clients were moved: {closed:?}");
 }
 
 /// Long-lived clients that redial whenever their connection closes (as

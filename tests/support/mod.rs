@@ -2,8 +2,13 @@
 //! nodes, data generators, bounded waits.
 #![allow(dead_code)]
 
+pub mod admin_http;
+pub mod admin_pool;
+pub mod admin_wait;
 pub mod blockbook;
 pub mod chromium;
+pub mod cli;
+pub mod discovery;
 pub mod dns;
 pub mod dnsmasq;
 pub mod electrum_liar;
@@ -13,6 +18,9 @@ pub mod liar;
 pub mod litecoind;
 pub mod nodes;
 pub mod proxy;
+pub mod stall;
+pub mod status_page;
+pub mod upgrade;
 
 use std::collections::BTreeSet;
 use std::future::Future;

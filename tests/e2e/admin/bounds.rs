@@ -16,8 +16,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{Answer, admin_addr, backend, status, try_send};
-use super::{T, config};
+use crate::support::admin_http::{Answer, admin_addr, backend, status, try_send};
+use crate::support::admin_pool::{T, config};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};

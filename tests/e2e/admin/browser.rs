@@ -12,87 +12,24 @@
 #[path = "browser_lag.rs"]
 mod lag;
 
-use std::net::SocketAddr;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::http::{admin_addr, backend, request, status};
-use super::status_until;
-use crate::support::chromium::{Chromium, Tab, screenshot_dir};
+use crate::support::admin_http::{admin_addr, backend, request, status};
+use crate::support::admin_pool::T;
+use crate::support::admin_wait::wait_status;
+use crate::support::chromium::{Chromium, screenshot_dir};
 use crate::support::dnsmasq::Dnsmasq;
 use crate::support::nodes::{Node, echo_on_shared_port, refused_addr};
 use crate::support::proxy::Proxy;
+use crate::support::status_page::{
+    PAGE, REGTEST, p2p_pool, press, result_with, row, seen, seen_until,
+};
 use crate::support::{pattern, within};
 use pin_proxy::sim::simnode::SimNode;
-
-/// Bound on every wait for the page: its refresh is 2 s.
-const PAGE: Duration = Duration::from_secs(20);
-
-/// Litecoin regtest message start, as `network: litecoin-regtest` sends it.
-const REGTEST: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
-
-/// Script for the row of backend `name` of pool `pool`, or `null`.
-fn row(pool: &str, name: &str) -> String {
-    format!(
-        "[...document.querySelectorAll('tr.backend')]\
-         .find(r => r.dataset.pool === {pool:?} && r.dataset.backend === {name:?})"
-    )
-}
-
-/// Script for what the row of `pool`/`name` shows, as an object of cell
-/// texts (or `null` while there is no such row).
-fn view(pool: &str, name: &str) -> String {
-    format!(
-        "(() => {{ const el = {}; if (!el) return null;
-           const t = s => el.querySelector(s).innerText.trim();
-           return {{ state: t('.state'), name: t('.name'), quarantine: t('.quarantine'),
-                     countdown: t('.countdown'), probe: t('.probe'), cells: el.innerText,
-                     backup: el.querySelector('.tag').checkVisibility() }}; }})()",
-        row(pool, name)
-    )
-}
-
-/// What the row of `pool`/`name` shows now.
-async fn seen(tab: &mut Tab, pool: &str, name: &str) -> Value {
-    tab.eval(&view(pool, name)).await
-}
-
-/// Wait until the row of `pool`/`name` satisfies `cond` (a JS expression
-/// over `r`, the object of [`view`]); that row.
-async fn seen_until(tab: &mut Tab, pool: &str, name: &str, cond: &str) -> Value {
-    let script = format!("(r => r && ({cond}) ? r : null)({})", view(pool, name));
-    tab.wait_for(&format!("{pool}/{name}: {cond}"), &script, PAGE)
-        .await
-}
-
-/// Press a button (`quarantine` or `release`) in the row of `pool`/`name`,
-/// after typing `window` into its duration field if given.
-async fn press(tab: &mut Tab, pool: &str, name: &str, button: &str, window: Option<&str>) {
-    let fill = window.map_or_else(String::new, |w| {
-        format!("r.querySelector('input').value = {w:?};")
-    });
-    let script = format!(
-        "(() => {{ const r = {}; {fill} const b = r.querySelector('button.{button}');
-           if (b.disabled) return false; b.click(); return true; }})()",
-        row(pool, name)
-    );
-    assert_eq!(tab.eval(&script).await, true, "{button} is disabled");
-}
-
-/// The text of the command result panel once it shows one containing `want`.
-async fn result_with(tab: &mut Tab, want: &str) -> String {
-    let script = format!(
-        "(() => {{ const p = document.getElementById('result');
-           return !p.hidden && p.innerText.includes({want:?}) ? p.innerText : null; }})()"
-    );
-    let v = tab
-        .wait_for(&format!("a result with {want}"), &script, PAGE)
-        .await;
-    v.as_str().unwrap_or_default().to_owned()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_every_backend_and_its_buttons_quarantine_and_release() {
@@ -126,11 +63,12 @@ async fn the_page_shows_every_backend_and_its_buttons_quarantine_and_release() {
     within("echo", PAGE, client.read_exact(&mut back))
         .await
         .unwrap();
-    status_until(admin, "gone down and flaky probed", |st| {
-        backend(st, "p", "gone")["state"] == "down"
+    wait_status(admin, "gone down and flaky probed", T, |st| {
+        let seen = backend(st, "p", "gone")["state"] == "down"
             && backend(st, "slow", "flaky")["bad_probes"] == 1
             && backend(st, "slow", "s")["state"] == "healthy"
-            && backend(st, "p", "a")["bytes_down"] == 2048
+            && backend(st, "p", "a")["bytes_down"] == 2048;
+        seen.then_some(())
     })
     .await;
 
@@ -262,20 +200,6 @@ async fn the_page_shows_every_backend_and_its_buttons_quarantine_and_release() {
     drop(client);
 }
 
-/// Pool `ltc-p2p`: simulated Litecoin nodes probed with `bitcoin-p2p`,
-/// one quarantined by hand, one lagging, one down, a backup.
-fn p2p_pool(nodes: &[(&str, SocketAddr, bool)]) -> String {
-    let list: String = nodes
-        .iter()
-        .map(|(n, a, b)| format!("      - {{ name: {n}, addr: \"{a}\", backup: {b} }}\n"))
-        .collect();
-    format!(
-        "  - name: ltc-p2p\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
-         health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: 300ms, \
-         timeout: 500ms, fall: 2, rise: 1, max_lag_blocks: 3 }}\n    backends:\n{list}"
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn screenshot_of_pools_in_every_state() {
     let Some(browser) = Chromium::start().await else {
@@ -333,16 +257,17 @@ async fn screenshot_of_pools_in_every_state() {
     let proxy = Proxy::start(&yaml).await;
     let admin = admin_addr(&proxy);
     let p2p = |st: &Value, name: &str, state: &str| backend(st, "ltc-p2p", name)["state"] == state;
-    status_until(admin, "every node probed", |st| {
-        ["eu-01", "eu-02", "spare"]
+    wait_status(admin, "every node probed", T, |st| {
+        let probed = ["eu-01", "eu-02", "spare"]
             .iter()
             .all(|n| p2p(st, n, "healthy"))
             && p2p(st, "us-01", "down")
             && p2p(st, "asia-01", "lagging")
             && (!with_dns
-                || st["pools"][1]["backends"]
-                    .as_array()
-                    .is_some_and(|b| b.len() == 5 && b.iter().all(|b| b["last_probe"].is_object())))
+                || st["pools"][1]["backends"].as_array().is_some_and(|b| {
+                    b.len() == 5 && b.iter().all(|b| b["last_probe"].is_object())
+                }));
+        probed.then_some(())
     })
     .await;
     let answer = request(
@@ -370,8 +295,10 @@ async fn screenshot_of_pools_in_every_state() {
             clients.push(c);
         }
     }
-    status_until(admin, "the clients placed", |st| {
-        st["pools"][0]["connections"] == 5 && (!with_dns || st["pools"][1]["connections"] == 7)
+    wait_status(admin, "the clients placed", T, |st| {
+        let placed =
+            st["pools"][0]["connections"] == 5 && (!with_dns || st["pools"][1]["connections"] == 7);
+        placed.then_some(())
     })
     .await;
 

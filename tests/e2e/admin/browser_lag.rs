@@ -3,12 +3,13 @@
 //! with a `network` needs before it judges lag), one left 9 blocks behind
 //! and then brought level while its window still runs.
 
-use super::super::cli::cli;
-use super::super::http::{admin_addr, backend};
-use super::super::status_until;
-use super::{REGTEST, p2p_pool, seen_until};
+use crate::support::admin_http::{admin_addr, backend};
+use crate::support::admin_pool::T;
+use crate::support::admin_wait::wait_status;
 use crate::support::chromium::Chromium;
+use crate::support::cli::cli;
 use crate::support::proxy::Proxy;
+use crate::support::status_page::{REGTEST, p2p_pool, seen_until};
 use pin_proxy::sim::simnode::SimNode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,10 +28,9 @@ async fn a_lag_quarantine_shows_its_cause_then_when_the_caught_up_backend_return
     let proxy = Proxy::start(&yaml).await;
     let admin = admin_addr(&proxy);
     let of = |st: &serde_json::Value, name: &str| backend(st, "ltc-p2p", name).clone();
-    status_until(admin, "both nodes healthy at 100", |st| {
-        ["a", "b"]
-            .iter()
-            .all(|n| of(st, n)["state"] == "healthy" && of(st, n)["height"] == 100)
+    wait_status(admin, "both nodes healthy at 100", T, |st| {
+        let at_100 = |n: &&str| of(st, n)["state"] == "healthy" && of(st, n)["height"] == 100;
+        ["a", "b"].iter().all(at_100).then_some(())
     })
     .await;
     let mut tab = browser.tab().await;
@@ -39,8 +39,8 @@ async fn a_lag_quarantine_shows_its_cause_then_when_the_caught_up_backend_return
 
     // B moves 9 blocks on, with max_lag_blocks 3: A lags.
     b.set_height(109);
-    let st = status_until(admin, "a quarantined for lagging", |st| {
-        of(st, "a")["quarantine"]["reason"] == "lagging"
+    let st = wait_status(admin, "a quarantined for lagging", T, |st| {
+        (of(st, "a")["quarantine"]["reason"] == "lagging").then(|| st.clone())
     })
     .await;
     assert_eq!(of(&st, "a")["state"], "lagging", "{st}");
@@ -67,9 +67,10 @@ async fn a_lag_quarantine_shows_its_cause_then_when_the_caught_up_backend_return
 
     // A catches up: its probes pass while its window runs.
     a.set_height(109);
-    let st = status_until(admin, "a's probe passed inside its window", |st| {
+    let st = wait_status(admin, "a's probe passed inside its window", T, |st| {
         let a = of(st, "a");
-        a["last_probe"]["outcome"] == "healthy" && a["quarantine"]["reason"] == "lagging"
+        (a["last_probe"]["outcome"] == "healthy" && a["quarantine"]["reason"] == "lagging")
+            .then(|| st.clone())
     })
     .await;
     let until = of(&st, "a")["quarantine"]["until"].clone();

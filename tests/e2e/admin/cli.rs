@@ -7,16 +7,12 @@ use rustix::process::{Pid, Signal, kill_process};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::http::{backend, request, status};
-use super::{T, two_echo};
+use crate::support::admin_http::{backend, request, status};
+use crate::support::admin_pool::{T, two_echo};
+use crate::support::cli::{cli, cli_in};
 use crate::support::nodes::Node;
 use crate::support::proxy::binary;
 use crate::support::within;
-
-/// Run `pin-proxy args...`; (exit code, stdout, stderr).
-pub(crate) async fn cli(args: &[&str]) -> (Option<i32>, String, String) {
-    cli_in(std::path::Path::new("."), args).await
-}
 
 /// The keys of a JSON object, sorted.
 fn keys(v: &Value) -> Vec<&str> {
@@ -289,20 +285,6 @@ async fn status_watch_shows_a_failed_fetch_and_keeps_trying() {
         );
     }
     assert_eq!(count(&lines, "trying again every second"), 2);
-}
-
-/// As [`cli`], in the working directory `dir` (whose `config.yaml` is
-/// the one read when no `-c` is given).
-async fn cli_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(binary())
-        .args(args)
-        .current_dir(dir)
-        .env_remove("PIN_PROXY_CONFIG")
-        .env_remove("RUST_LOG")
-        .output();
-    let out = within("pin-proxy command", T, out).await.unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::http::{backend, request, send, status};
-use super::two_echo;
+use crate::support::admin_http::{backend, request, send, status};
+use crate::support::admin_pool::two_echo;
 use crate::support::within;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

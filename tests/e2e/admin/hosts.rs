@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
 
-use super::http::{Answer, admin_addr, backend, send, status};
-use super::{T, config, two_echo};
+use crate::support::admin_http::{Answer, admin_addr, backend, send, status};
+use crate::support::admin_pool::{T, config, two_echo};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 

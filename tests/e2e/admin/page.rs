@@ -7,8 +7,8 @@
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use super::http::{backend, request, request_with, status};
-use super::two_echo;
+use crate::support::admin_http::{backend, request, request_with, status};
+use crate::support::admin_pool::two_echo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_html_under_a_policy_that_admits_only_itself() {

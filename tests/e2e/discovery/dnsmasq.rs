@@ -12,7 +12,7 @@ use hickory_resolver::Resolver;
 use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 
-use super::{ip, named};
+use crate::support::discovery::{ip, named};
 use crate::support::dns::{self, NOERROR, NXDOMAIN, Qtype, REFUSED, Record, Reply, Transport};
 use crate::support::dnsmasq::{
     Dnsmasq, QUERY_SOURCE, Srv, empty_hosts, nxdomain_name, refused_name,

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use super::{
+use crate::support::discovery::{
     HOLD, INTERVAL, T, client_on, closed_by_proxy, config, counts, discover, discoveries, ip,
     member, members_of, members_until, named, nth_discovery, still_echoes,
 };

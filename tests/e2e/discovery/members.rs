@@ -8,12 +8,13 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::{
+use crate::support::admin_http::{Kind, metrics, status};
+use crate::support::admin_wait::wait_status;
+use crate::support::discovery::{
     HOLD, INTERVAL, T, backend, client_on, closed_by_proxy, closed_on, config, config_with,
     connections_until, counts, discover, discoveries, ip, member, members_of, members_until, named,
-    nth_discovery, quarantine, status_until, still_echoes,
+    nth_discovery, quarantine, still_echoes,
 };
-use crate::admin::http::{Kind, metrics, status};
 use crate::support::dns::Qtype;
 use crate::support::dnsmasq::Dnsmasq;
 use crate::support::nodes::{BlackHole, echo_client, echo_on_shared_port};
@@ -165,11 +166,12 @@ async fn a_removed_members_metrics_go_away() {
     dns.set_hosts(&named(NAME, &[a])).await;
     members_until(&proxy, &members_of("ltc", &[a], port)).await;
     let m = metrics(proxy.admin()).await;
-    let left: Vec<&str> =
-        m.0.iter()
-            .filter(|s| s.labels.get("backend") == Some(on_b.as_str()))
-            .map(|s| s.metric.as_str())
-            .collect();
+    let left: Vec<&str> = m
+        .samples
+        .iter()
+        .filter(|s| s.labels.get("backend") == Some(on_b.as_str()))
+        .map(|s| s.metric.as_str())
+        .collect();
     assert!(left.is_empty(), "{on_b} still in /metrics: {left:?}");
     let labels = [("pool", "p"), ("backend", on_a.as_str())];
     assert!(
@@ -210,8 +212,8 @@ async fn new_members_start_unknown_and_are_probed_at_once() {
     // Within T, not an hour: probed when they appeared.
     proxy.wait_event(probed(&on_b, "healthy"), T).await;
     proxy.wait_event(probed(&on_slow, "down"), T).await;
-    status_until(&proxy, "b healthy in /status", |s| {
-        backend(s, &on_b)["state"] == "healthy"
+    wait_status(proxy.admin(), "b healthy in /status", T, |s| {
+        (backend(s, &on_b)["state"] == "healthy").then_some(())
     })
     .await;
     drop(hole);

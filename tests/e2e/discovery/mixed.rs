@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{
+use crate::support::discovery::{
     T, backend, client_on, closed_by_proxy, closed_on, config, connections_until, discover, ip,
     member, members_of, members_until, named, still_echoes,
 };

@@ -11,9 +11,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use super::{
-    INTERVAL, T, config, counts, discover, discovered, discoveries, ip, lookups, member,
-    members_of, members_until, named, still_echoes,
+use crate::support::admin_wait::wait_metrics;
+use crate::support::discovery::{
+    INTERVAL, T, config, counts, discover, discovered, discoveries, ip, lookups, lookups_in,
+    member, members_of, members_until, named, still_echoes,
 };
 use crate::support::dns::Qtype;
 use crate::support::dnsmasq::{Dnsmasq, empty_hosts, refused_name};
@@ -96,14 +97,11 @@ async fn followed(proxy: &Proxy, want: &BTreeSet<String>, added: u64, removed: u
 async fn outage(proxy: &Proxy) {
     let wanted = 3 * (HOLD.as_millis() / INTERVAL.as_millis()) as u64;
     let start = lookups(proxy, "failed").await;
-    let deadline = tokio::time::Instant::now() + T;
-    while lookups(proxy, "failed").await < start + wanted {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "too few failed lookups"
-        );
-        tokio::time::sleep(INTERVAL / 2).await;
-    }
+    let what = format!("{wanted} failed lookups");
+    wait_metrics(proxy.admin(), &what, T, |m| {
+        (lookups_in(m, "failed") >= start + wanted).then_some(())
+    })
+    .await;
 }
 
 /// What [`scene`] sets up.

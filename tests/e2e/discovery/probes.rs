@@ -5,11 +5,12 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use super::{
-    INTERVAL, T, backend, config, config_with, connections_until, discover, discoveries, ip,
-    member, members_of, members_until, named, status_until,
-};
+use crate::support::admin_wait::wait_status;
 use crate::support::blockbook::RestTwin;
+use crate::support::discovery::{
+    INTERVAL, T, backend, config, config_with, connections_until, discover, discoveries, ip,
+    member, members_of, members_until, named,
+};
 use crate::support::dns::Qtype;
 use crate::support::dnsmasq::{Dnsmasq, Srv};
 use crate::support::nodes::{Node, echo, echo_client, echo_on_shared_port};
@@ -31,8 +32,8 @@ async fn a_member_failing_its_probes_is_down_gets_no_clients_and_stays() {
     let want = members_of("ltc", &[a, dead], port);
     members_until(&proxy, &want).await;
     let on_dead = member("ltc", SocketAddr::new(dead, port));
-    status_until(&proxy, "the dead member down", |s| {
-        backend(s, &on_dead)["state"] == "down"
+    wait_status(proxy.admin(), "the dead member down", T, |s| {
+        (backend(s, &on_dead)["state"] == "down").then_some(())
     })
     .await;
 
@@ -75,10 +76,12 @@ async fn probe_url_ip_is_each_members_address() {
     let health = "probe: blockbook, interval: 100ms, timeout: 1s, max_lag_blocks: 100";
     let proxy = Proxy::start(&config_with(&dns, Duration::from_secs(1), health, &[entry])).await;
     members_until(&proxy, &members_of("bb", &ips, port)).await;
-    status_until(&proxy, "each member at its own twin's height", |s| {
-        ips.iter()
-            .zip(heights)
-            .all(|(ip, h)| backend(s, &member("bb", SocketAddr::new(*ip, port)))["height"] == h)
+    let what = "each member at its own twin's height";
+    wait_status(proxy.admin(), what, T, |s| {
+        let at = |(ip, h): (&IpAddr, u64)| {
+            backend(s, &member("bb", SocketAddr::new(*ip, port)))["height"] == h
+        };
+        ips.iter().zip(heights).all(at).then_some(())
     })
     .await;
 }
@@ -113,8 +116,10 @@ async fn probe_url_port_is_each_members_port() {
         format!("bb/y.test:{}", y_node.addr.port()),
     );
     members_until(&proxy, &[on_x.clone(), on_y.clone()].into_iter().collect()).await;
-    status_until(&proxy, "each member at its own twin's height", |s| {
-        backend(s, &on_x)["height"] == 470 && backend(s, &on_y)["height"] == 460
+    let what = "each member at its own twin's height";
+    wait_status(proxy.admin(), what, T, |s| {
+        let at = backend(s, &on_x)["height"] == 470 && backend(s, &on_y)["height"] == 460;
+        at.then_some(())
     })
     .await;
 }

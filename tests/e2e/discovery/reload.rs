@@ -4,11 +4,11 @@
 
 use std::net::SocketAddr;
 
-use super::{
-    HOLD, backend, config, connections_until, discover, discoveries, ip, member, members_of,
+use crate::support::admin_http::status;
+use crate::support::discovery::{
+    HOLD, T, backend, config, connections_until, discover, discoveries, ip, member, members_of,
     members_until, named, quarantine, same_members, still_echoes,
 };
-use crate::admin::http::status;
 use crate::support::dns::Qtype;
 use crate::support::dnsmasq::Dnsmasq;
 use crate::support::nodes::{Node, echo_client, echo_on_shared_port};
@@ -18,7 +18,7 @@ const NAME: &str = "nodes.test";
 
 /// `yaml` with the admin endpoint and pool `p` on the addresses `proxy`
 /// bound, so a reload keeps them.
-pub fn pinned(yaml: &str, proxy: &Proxy) -> String {
+fn pinned(yaml: &str, proxy: &Proxy) -> String {
     yaml.replacen(
         "admin: { listen: 127.0.0.1:0 }",
         &format!("admin: {{ listen: \"{}\" }}", proxy.admin()),
@@ -60,7 +60,7 @@ async fn a_reload_keeps_members_connections_and_a_manual_quarantine() {
         .reload(&pinned(&config(&dns, HOLD, &more), &proxy))
         .await;
     assert_eq!(outcome["message"], "reloaded", "{outcome}");
-    dns.wait_queries(Qtype::A, NAME, 3, super::T).await;
+    dns.wait_queries(Qtype::A, NAME, 3, T).await;
 
     let after = members_until(&proxy, &want).await;
     assert!(backend(&after, "s")["discovered_from"].is_null());

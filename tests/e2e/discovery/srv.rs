@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{
+use crate::support::admin_wait::wait_status;
+use crate::support::discovery::{
     T, backend, config, connections_until, counts, discover, ip, members_until, named,
-    nth_discovery, status_until,
+    nth_discovery,
 };
 use crate::support::dnsmasq::{Dnsmasq, Srv};
 use crate::support::nodes::{echo_client, echo_on_shared_port};
@@ -53,8 +54,8 @@ async fn lowest_priority_targets_are_primaries_and_the_rest_backups() {
         assert_eq!(m["backup"], backup, "{m}");
         assert_eq!(m["discovered_from"], "ltc", "{m}");
     }
-    status_until(&proxy, "every member probed healthy", |s| {
-        names.iter().all(|n| backend(s, n)["state"] == "healthy")
+    wait_status(proxy.admin(), "every member probed healthy", T, |s| {
+        (names.iter().all(|n| backend(s, n)["state"] == "healthy")).then_some(())
     })
     .await;
 

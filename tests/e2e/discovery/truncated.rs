@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use super::{
+use crate::support::discovery::{
     HOLD, config_with, counts, discover, ip, lookups, members_of, members_until, named,
     nth_discovery,
 };

@@ -4,14 +4,14 @@
 
 use std::net::SocketAddr;
 
-use super::{
+use crate::support::discovery::{
     HOLD, backend, config, connections_until, discover, ip, member, members_of, members_until,
     named, quarantine, same_members, still_echoes,
 };
 use crate::support::dnsmasq::Dnsmasq;
 use crate::support::nodes::{echo_client, echo_on_shared_port};
 use crate::support::proxy::Proxy;
-use crate::upgrade::{Bin, status, upgrade_ok};
+use crate::support::upgrade::{Bin, status, upgrade_ok};
 
 const NAME: &str = "nodes.test";
 

@@ -5,9 +5,9 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Bin, T, upgrade};
 use crate::support::nodes::{BlackHole, Node, echo_client};
 use crate::support::proxy::Proxy;
+use crate::support::upgrade::{Bin, T, upgrade};
 use crate::support::within;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,9 +9,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Bin, T, config, upgrade_ok};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
+use crate::support::upgrade::{Bin, T, config, upgrade_ok};
 use crate::support::{hash_to_eof, pattern, sha256, wait_until, within};
 
 async fn read_to_end(s: &mut (impl AsyncReadExt + Unpin)) -> Vec<u8> {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Bin, T, config, exited, status, upgrade, upgrade_ok, wait_exited};
-use crate::admin::http::request;
+use crate::support::admin_http::request;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
+use crate::support::upgrade::{Bin, T, config, exited, status, upgrade, upgrade_ok, wait_exited};
 use crate::support::within;
 
 /// One echo round on `s`.

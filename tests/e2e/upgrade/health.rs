@@ -2,16 +2,15 @@
 //! window (same end, same reason), strikes (the escalation level), and a
 //! quarantined backend keeps getting no clients in the new process.
 
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Bin, T, config, status, upgrade_ok};
-use crate::admin::http::{backend, request};
+use crate::support::admin_http::{backend, request};
+use crate::support::admin_wait::wait_status;
 use crate::support::live_on;
 use crate::support::nodes::{Node, refused_addr};
 use crate::support::proxy::Proxy;
+use crate::support::upgrade::{Bin, T, config, status, upgrade_ok};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_and_strikes_survive_an_upgrade() {
@@ -78,19 +77,10 @@ async fn windows_and_strikes_survive_an_upgrade() {
 /// Until n2's probes have taken it out and n1 has been probed once (so the
 /// last probe compared across the upgrade is one both processes report).
 async fn wait_until_down(proxy: &Proxy) {
-    let admin = proxy.admin();
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let st = crate::admin::http::status(admin).await;
-        if backend(&st, "p", "n2")["state"] == "down"
-            && !backend(&st, "p", "n1")["last_probe"].is_null()
-        {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "n2 never went down, or n1 was never probed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = "n2 down and n1 probed";
+    wait_status(proxy.admin(), what, T, |st| {
+        let down = backend(st, "p", "n2")["state"] == "down";
+        (down && !backend(st, "p", "n1")["last_probe"].is_null()).then_some(())
+    })
+    .await;
 }

@@ -13,9 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::RwLock;
 
-use super::{Bin, T, config, exited, fds, lent_pipes, status, upgrade_ok, wait_exited};
+use crate::support::admin_wait::wait_status;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
+use crate::support::upgrade::{
+    Bin, T, config, exited, fds, lent_pipes, status, upgrade_ok, wait_exited,
+};
 use crate::support::{wait_until, within};
 
 const PINGERS: usize = 200;
@@ -148,10 +151,8 @@ async fn ten_upgrades_under_load_close_nothing_lose_nothing_refuse_nobody() {
         })
     };
     let live = PINGERS + BULK;
-    within("every connection spliced", T, async {
-        while status(&proxy).await["pools"][0]["connections"].as_u64() != Some(live as u64) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    wait_status(proxy.admin(), "every connection spliced", T, |st| {
+        (st["pools"][0]["connections"] == live as u64).then_some(())
     })
     .await;
     let fds_before = {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
-use super::{Bin, config, upgrade_ok, wait_exited};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
+use crate::support::upgrade::{Bin, config, upgrade_ok, wait_exited};
 use crate::support::wait_until;
 
 /// Datagrams received so far: (sender pid, text).

@@ -8,10 +8,10 @@ use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Bin, T, config, exited, upgrade_ok, wait_exited};
 use crate::faults_support::Wrapped;
 use crate::support::nodes::Node;
 use crate::support::proxy::{Proxy, binary};
+use crate::support::upgrade::{Bin, T, config, exited, upgrade_ok, wait_exited};
 use crate::support::{wait_until, within};
 
 /// The pid in the pid file, if it holds one.

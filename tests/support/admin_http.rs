@@ -1,6 +1,7 @@
-//! A tiny raw HTTP/1.1 client for the admin tests (so they control every
-//! byte: stalls, oversized declarations, source addresses), the admin
-//! address of a running proxy, and `/metrics` parsed by a real parser.
+//! A tiny raw HTTP/1.1 client for the admin endpoint (so a test controls
+//! every byte: stalls, oversized declarations, source addresses), the admin
+//! address of a running proxy, `/status` as JSON and `/metrics` parsed by a
+//! real parser.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -157,8 +158,20 @@ pub fn backend<'a>(status: &'a Value, pool: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no backend {name} in {pool}"))
 }
 
-/// `/metrics`, parsed by `prometheus-parse`.
-pub struct Metrics(pub Vec<prometheus_parse::Sample>);
+/// `/metrics`, parsed by `prometheus-parse`; shown as the text it was
+/// parsed from.
+pub struct Metrics {
+    /// Every sample.
+    pub samples: Vec<prometheus_parse::Sample>,
+    /// The body as served.
+    pub text: String,
+}
+
+impl std::fmt::Display for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
 
 /// `GET /metrics` (asserting 200 and the text format's content type).
 pub async fn metrics(admin: SocketAddr) -> Metrics {
@@ -168,7 +181,10 @@ pub async fn metrics(admin: SocketAddr) -> Metrics {
     assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
     let lines = answer.body.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("parse /metrics");
-    Metrics(scrape.samples)
+    Metrics {
+        samples: scrape.samples,
+        text: answer.body,
+    }
 }
 
 /// Whether a sample is a counter, a gauge, or (name not matching its
@@ -183,7 +199,7 @@ impl Metrics {
     /// The value of `metric` with exactly `labels`, checking its type;
     /// `None` when absent.
     pub fn get(&self, metric: &str, kind: Kind, labels: &[(&str, &str)]) -> Option<f64> {
-        let sample = self.0.iter().find(|s| {
+        let sample = self.samples.iter().find(|s| {
             s.metric == metric
                 && s.labels.len() == labels.len()
                 && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))

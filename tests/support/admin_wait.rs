@@ -1,0 +1,82 @@
+//! Waits on the admin documents: `/status` or `/metrics` read again every
+//! [`POLL`] until a condition holds. The timeout panic shows the last
+//! answer, so a failed wait says what the proxy reported instead.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::admin_http::{self, Metrics};
+use super::inproc::Running;
+
+/// Time between two reads.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Where a `/status` document comes from.
+pub trait StatusSource {
+    /// The document now.
+    fn status(&self) -> impl Future<Output = Value>;
+}
+
+/// `GET /status` from the admin endpoint at this address.
+impl StatusSource for SocketAddr {
+    fn status(&self) -> impl Future<Output = Value> {
+        admin_http::status(*self)
+    }
+}
+
+/// The document the admin endpoint would serve, from a server in the
+/// test's own runtime (which needs no admin endpoint).
+impl StatusSource for &Running {
+    fn status(&self) -> impl Future<Output = Value> {
+        let status = serde_json::to_value(self.control().status()).expect("status as JSON");
+        std::future::ready(status)
+    }
+}
+
+/// Read `/status` from `source` until `f` gives an answer; that answer.
+/// Panics naming `what`, with the last document, after `timeout`.
+pub async fn wait_status<R>(
+    source: impl StatusSource,
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut(&Value) -> Option<R>,
+) -> R {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let status = source.status().await;
+        if let Some(found) = f(&status) {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; the last /status:\n{status}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Read `/metrics` from the admin endpoint at `admin` until `f` gives an
+/// answer; that answer. Panics naming `what`, with the last scrape, after
+/// `timeout`.
+pub async fn wait_metrics<R>(
+    admin: SocketAddr,
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut(&Metrics) -> Option<R>,
+) -> R {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let metrics = admin_http::metrics(admin).await;
+        if let Some(found) = f(&metrics) {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; the last /metrics:\n{metrics}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
