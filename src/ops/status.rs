@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pool::health::Policy;
+use crate::pool::health::{Policy, ProbeOutcome, QuarantineReason, State};
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
 
@@ -84,7 +84,7 @@ pub struct BackendStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaving_at: Option<String>,
     /// `healthy`, `unknown`, `lagging`, `unhealthy`, `down` or `quarantined`.
-    pub state: String,
+    pub state: State,
     /// Live client connections.
     pub connections: usize,
     /// Last height a probe read.
@@ -114,7 +114,7 @@ pub struct QuarantineStatus {
     /// End of the window, RFC 3339 UTC.
     pub until: String,
     /// Why.
-    pub reason: String,
+    pub reason: QuarantineReason,
 }
 
 /// A probe result.
@@ -123,7 +123,7 @@ pub struct ProbeStatus {
     /// When, RFC 3339 UTC.
     pub at: String,
     /// Outcome.
-    pub outcome: String,
+    pub outcome: ProbeOutcome,
     /// Detail.
     pub detail: String,
 }
@@ -167,19 +167,19 @@ impl From<&BackendSnapshot> for BackendStatus {
             backup: b.backup,
             discovered_from: b.discovered_from.clone(),
             leaving_at: b.leaving_at.map(rfc3339),
-            state: b.state.as_str().to_owned(),
+            state: b.state,
             connections: b.connections,
             height: b.height,
             quarantine: b.quarantine.map(|q| QuarantineStatus {
                 until: rfc3339(q.until),
-                reason: q.reason.as_str().to_owned(),
+                reason: q.reason,
             }),
             strikes: b.strikes,
             bad_probes: b.bad_probes,
             good_probes: b.good_probes,
             last_probe: b.last_probe.as_ref().map(|p| ProbeStatus {
                 at: rfc3339(p.at),
-                outcome: p.outcome.as_str().to_owned(),
+                outcome: p.outcome,
                 detail: p.detail.clone(),
             }),
             bytes_up: b.counters.bytes_up,
@@ -195,4 +195,34 @@ pub fn rfc3339(t: SystemTime) -> String {
         .unwrap_or(Duration::ZERO)
         .as_secs();
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/status` names each state, reason and outcome as the logs and
+    /// metrics do.
+    #[test]
+    fn status_names_are_the_log_and_metric_names() {
+        let states = [
+            State::Unknown,
+            State::Healthy,
+            State::Lagging,
+            State::Unhealthy,
+            State::Stalled,
+            State::Down,
+            State::Quarantined,
+        ];
+        let json = |v: serde_json::Value| v.as_str().unwrap().to_owned();
+        for s in states {
+            assert_eq!(json(serde_json::to_value(s).unwrap()), s.as_str());
+        }
+        for r in QuarantineReason::ALL {
+            assert_eq!(json(serde_json::to_value(r).unwrap()), r.as_str());
+        }
+        for o in ProbeOutcome::ALL {
+            assert_eq!(json(serde_json::to_value(o).unwrap()), o.as_str());
+        }
+    }
 }

@@ -523,6 +523,18 @@ pub(in crate::pool) fn later(now: Instant, window: Duration) -> Instant {
         .unwrap_or(now)
 }
 
+impl fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for QuarantineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 #[path = "health_tests.rs"]
 mod tests;

@@ -12,6 +12,7 @@ use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use crate::support::{wait_until, within};
 use pin_proxy::ReloadError;
+use pin_proxy::inspect::State;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -210,7 +211,7 @@ async fn quarantine_and_strikes_survive_a_reload() {
     let (control, p) = (proxy.control(), proxy.pool());
     p.quarantine("a", Duration::from_secs(3600)).unwrap();
     let before = pin_proxy::inspect::status(p).backends[0].clone();
-    assert_eq!(before.state, "quarantined");
+    assert_eq!(before.state, State::Quarantined);
     write(&[("a", a.addr), ("b", b.addr)]);
     control.reload().await.unwrap();
     let after = pin_proxy::inspect::status(p);
@@ -219,7 +220,7 @@ async fn quarantine_and_strikes_survive_a_reload() {
         after.backends[0].quarantine, before.quarantine,
         "same window, same reason"
     );
-    assert_eq!(after.backends[0].state, "quarantined");
+    assert_eq!(after.backends[0].state, State::Quarantined);
     assert_eq!(after.backends[0].strikes, before.strikes);
     // A broken file is refused through the same path, with the reason.
     std::fs::write(&path, "pools: [").unwrap();

@@ -10,7 +10,7 @@ use crate::support::admin_http::backend;
 use crate::support::admin_wait::wait_status;
 use crate::support::inproc::{Running, T};
 use crate::support::{wait_until, within};
-use pin_proxy::inspect::{BackendStatus, ProbeOutcome};
+use pin_proxy::inspect::{BackendStatus, ProbeOutcome, State};
 use pin_proxy::sim::simnode::SimNode;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -57,8 +57,8 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
     const WINDOW: Duration = Duration::from_millis(1500);
     let (a, b) = (sim(100).await, sim(100).await);
     let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
-    proxy.wait_state("a", "healthy").await;
-    proxy.wait_state("b", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
+    proxy.wait_state("b", State::Healthy).await;
     let mut on_a = proxy.client().await;
     let _on_b = proxy.client().await;
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
@@ -88,11 +88,11 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
         let at = Instant::now();
         if at < window_end {
             // Read before the window could have ended.
-            assert_eq!(seen.state, "quarantined", "returned inside its window");
+            assert_eq!(seen.state, State::Quarantined, "returned inside its window");
             in_window = Some(passed);
             None
         } else {
-            (seen.state == "healthy").then(|| (seen, started.elapsed()))
+            (seen.state == State::Healthy).then(|| (seen, started.elapsed()))
         }
     })
     .await;
@@ -109,7 +109,7 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
     // Window over, then a passing probe, then healthy: the probe that
     // brought A back is not older than the window's end.
     let probe = returned.last_probe.expect("a probed");
-    assert_eq!(probe.outcome, "healthy");
+    assert_eq!(probe.outcome, ProbeOutcome::Healthy);
     assert!(
         probe.at >= q.until,
         "returned on a probe at {} for a window until {}",
@@ -124,10 +124,10 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
 async fn release_ends_the_window_but_waits_for_a_passing_probe() {
     let (a, b) = (sim(100).await, sim(100).await);
     let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
-    proxy.wait_state("a", "healthy").await;
-    proxy.wait_state("b", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
+    proxy.wait_state("b", State::Healthy).await;
     assert_eq!(proxy.pool().release("b"), Ok(false), "b is not quarantined");
-    assert_eq!(proxy.state("b"), "healthy");
+    assert_eq!(proxy.state("b"), State::Healthy);
     assert!(proxy.pool().release("nope").is_err());
     assert!(
         proxy
@@ -150,12 +150,12 @@ async fn release_ends_the_window_but_waits_for_a_passing_probe() {
     .await;
     assert_eq!(
         proxy.state("a"),
-        "quarantined",
+        State::Quarantined,
         "returned without a passed probe"
     );
 
     a.set_silent(false);
-    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
     assert_eq!(proxy.backend("a").quarantine, None);
     proxy.stop().await;
 }
@@ -167,7 +167,7 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
     let a = sim(100).await;
     // A silent node holds a probe for its whole timeout: a long time in flight.
     let proxy = Running::start(&yaml(&[&a], "600ms", "800ms"));
-    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
 
     a.set_silent(true);
     let dialled = a.accepted();
@@ -183,9 +183,13 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
     // Until then the stale "unknown" must never show.
     wait_until("a back after a passed probe", T, || {
         let b = proxy.backend("a");
-        let outcome = b.last_probe.map(|p| p.outcome).unwrap_or_default();
-        assert_eq!(outcome, "healthy", "the stale probe result was applied");
-        b.state == "healthy"
+        let outcome = b.last_probe.map(|p| p.outcome);
+        assert_eq!(
+            outcome,
+            Some(ProbeOutcome::Healthy),
+            "the stale probe result was applied"
+        );
+        b.state == State::Healthy
     })
     .await;
     assert_eq!(proxy.probes("a", ProbeOutcome::Unknown), 0);
@@ -195,8 +199,8 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
 /// One client on each of `a` and `b`, then both quarantined by hand, B
 /// first: B's client is drained, A's (returned) is kept as the last leg.
 async fn both_out_last_leg_on_a(proxy: &Running) -> TcpStream {
-    proxy.wait_state("a", "healthy").await;
-    proxy.wait_state("b", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
+    proxy.wait_state("b", State::Healthy).await;
     let first = proxy.client().await;
     let mut on_b = proxy.client().await;
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
@@ -226,11 +230,11 @@ async fn last_leg_is_kept_until_a_peer_is_usable_again() {
 
     // B comes back (after a passed probe): A's clients are drained at once.
     proxy.pool().release("b").unwrap();
-    proxy.wait_state("b", "healthy").await;
+    proxy.wait_state("b", State::Healthy).await;
     closed(&mut first).await;
     closed(&mut second).await;
     proxy.wait_connections(&[("a", 0)]).await;
-    assert_eq!(proxy.state("a"), "quarantined");
+    assert_eq!(proxy.state("a"), State::Quarantined);
     proxy.stop().await;
 }
 
@@ -274,7 +278,7 @@ async fn backends_released_together_keep_the_last_leg() {
     a.set_silent(true);
     assert_eq!(proxy.pool().release("b"), Ok(true));
     assert_eq!(proxy.pool().release("a"), Ok(true));
-    proxy.wait_state("b", "healthy").await;
+    proxy.wait_state("b", State::Healthy).await;
     let unknown = proxy.probes("a", ProbeOutcome::Unknown);
     wait_until("a probed after b's return", T, || {
         proxy.probes("a", ProbeOutcome::Unknown) > unknown
@@ -287,7 +291,7 @@ async fn backends_released_together_keep_the_last_leg() {
         "A's kept clients were drained"
     );
     a.set_silent(false);
-    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
     assert!(proxy.none_closing("a"), "A's kept clients were drained");
     proxy.wait_connections(&[("a", 2), ("b", 0)]).await;
     proxy.stop().await;
@@ -301,12 +305,12 @@ async fn the_end_of_a_window_and_a_release_are_probed_at_once() {
     let a = sim(100).await;
     // An interval far beyond the test: only the end of a window probes.
     let proxy = Running::start(&yaml(&[&a], "1h", "300ms"));
-    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
     let passed = proxy.probes("a", ProbeOutcome::Healthy);
 
     let start = Instant::now();
     proxy.pool().quarantine("a", WINDOW).unwrap();
-    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
     assert!(start.elapsed() >= WINDOW, "back before its window ended");
     assert_eq!(proxy.probes("a", ProbeOutcome::Healthy), passed + 1);
 
@@ -314,9 +318,9 @@ async fn the_end_of_a_window_and_a_release_are_probed_at_once() {
         .pool()
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
-    assert_eq!(proxy.state("a"), "quarantined");
+    assert_eq!(proxy.state("a"), State::Quarantined);
     assert_eq!(proxy.pool().release("a"), Ok(true));
-    proxy.wait_state("a", "healthy").await;
+    proxy.wait_state("a", State::Healthy).await;
     assert_eq!(proxy.probes("a", ProbeOutcome::Healthy), passed + 2);
     proxy.stop().await;
 }

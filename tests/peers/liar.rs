@@ -30,7 +30,7 @@ use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 use pin_proxy::config::Config;
 use pin_proxy::inspect::Pool;
-use pin_proxy::inspect::{Proof, Report, Verdict};
+use pin_proxy::inspect::{ProbeOutcome, Proof, Report, Verdict};
 use pin_proxy::sim::simnode::SimNode;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -460,7 +460,7 @@ fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
     pool.apply_probe(liar, &claim, pool.epoch_of(liar).unwrap(), now);
     let status = pin_proxy::inspect::status(&pool);
     let probe = status.backends[1].last_probe.as_ref().unwrap();
-    assert_eq!(probe.outcome, "unknown");
+    assert_eq!(probe.outcome, ProbeOutcome::Unknown);
     assert!(probe.detail.contains("not counted"), "{}", probe.detail);
     assert!(
         probe
@@ -496,7 +496,7 @@ fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
     let contradicted = claim(Proof::Contradicted(why.into()));
     pool.apply_probe(liar, &contradicted, pool.epoch_of(liar).unwrap(), now);
     let probe = last(&pool);
-    assert_eq!(probe.outcome, "unhealthy");
+    assert_eq!(probe.outcome, ProbeOutcome::Unhealthy);
     assert_eq!(
         probe.detail,
         format!("height {LIAR} contradicted by its own headers: {why}")
@@ -505,6 +505,6 @@ fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
     let cut_short = claim(Proof::Unproven(why.into()));
     pool.apply_probe(liar, &cut_short, pool.epoch_of(liar).unwrap(), now);
     let probe = last(&pool);
-    assert_eq!(probe.outcome, "unknown");
+    assert_eq!(probe.outcome, ProbeOutcome::Unknown);
     assert!(probe.detail.ends_with(why), "{}", probe.detail);
 }

@@ -13,8 +13,8 @@ use pin_proxy::Server;
 use pin_proxy::config::Config;
 use pin_proxy::inspect::BackendStatus;
 use pin_proxy::inspect::Pool;
-use pin_proxy::inspect::ProbeOutcome;
 use pin_proxy::inspect::{BackendSnapshot, ConnState};
+use pin_proxy::inspect::{ProbeOutcome, State};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -119,12 +119,12 @@ impl Running {
     }
 
     /// The state of backend `name` of the first pool.
-    pub fn state(&self, name: &str) -> String {
+    pub fn state(&self, name: &str) -> State {
         self.backend(name).state
     }
 
     /// Wait until backend `name` of the first pool is in `state`.
-    pub async fn wait_state(&self, name: &str, state: &str) {
+    pub async fn wait_state(&self, name: &str, state: State) {
         let what = format!("{name} {state}");
         wait_until(&what, T, || self.state(name) == state).await;
     }

@@ -4,6 +4,7 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
 use crate::ops::status::{BackendStatus, PoolStatus, Status};
+use crate::pool::health::{ProbeOutcome, QuarantineReason};
 
 const HEADER: [&str; 9] = [
     "BACKEND",
@@ -91,7 +92,7 @@ fn ago(at: &str, now: SystemTime) -> String {
 fn best_height(pool: &PoolStatus) -> Option<u64> {
     pool.backends
         .iter()
-        .filter(|b| matches!(b.state.as_str(), "healthy" | "unknown") && b.quarantine.is_none())
+        .filter(|b| b.state.is_usable() && b.quarantine.is_none())
         .filter_map(|b| b.height)
         .max()
 }
@@ -124,7 +125,7 @@ fn row(b: &BackendStatus, pool: &PoolStatus, best: Option<u64>, now: SystemTime)
         || "-".to_owned(),
         |p| match parse(&p.at) {
             Some(at) => format!("{} {} ago", p.outcome, age(at, now)),
-            None => p.outcome.clone(),
+            None => p.outcome.to_string(),
         },
     );
     let mut state = state(b, pool, now);
@@ -153,7 +154,7 @@ fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
     match &b.quarantine {
         Some(q) if parse(&q.until).is_some_and(|until| until <= now) => {
             let left = pool.rise.saturating_sub(b.good_probes).max(1);
-            let mut text = if q.reason == "manual" {
+            let mut text = if q.reason == QuarantineReason::Manual {
                 "released".to_owned()
             } else {
                 format!("{}, window over", b.state)
@@ -183,7 +184,7 @@ fn state(b: &BackendStatus, pool: &PoolStatus, now: SystemTime) -> String {
             };
             format!("{} ({}{of} failed {probes})", b.state, b.bad_probes)
         }
-        _ => b.state.clone(),
+        _ => b.state.to_string(),
     }
 }
 
@@ -193,8 +194,11 @@ fn caught_up(b: &BackendStatus) -> bool {
     let passed = b
         .last_probe
         .as_ref()
-        .is_some_and(|p| p.outcome == "healthy");
-    passed && b.quarantine.as_ref().is_some_and(|q| q.reason == "lagging")
+        .is_some_and(|p| p.outcome == ProbeOutcome::Healthy);
+    passed
+        && b.quarantine
+            .as_ref()
+            .is_some_and(|q| q.reason == QuarantineReason::Lagging)
 }
 
 fn parse(rfc3339: &str) -> Option<SystemTime> {
@@ -229,6 +233,7 @@ fn bytes(n: u64) -> String {
 mod tests {
     use super::*;
     use crate::ops::status::{DiscoveryStatus, ProbeStatus, QuarantineStatus};
+    use crate::pool::health::State;
 
     fn backend(name: &str) -> BackendStatus {
         BackendStatus {
@@ -237,7 +242,7 @@ mod tests {
             backup: false,
             discovered_from: None,
             leaving_at: None,
-            state: "healthy".to_owned(),
+            state: State::Healthy,
             connections: 12,
             height: Some(2_700_000),
             quarantine: None,
@@ -246,7 +251,7 @@ mod tests {
             good_probes: 0,
             last_probe: Some(ProbeStatus {
                 at: "2026-01-01T00:00:00Z".to_owned(),
-                outcome: "healthy".to_owned(),
+                outcome: ProbeOutcome::Healthy,
                 detail: String::new(),
             }),
             bytes_up: 1536,
@@ -257,11 +262,11 @@ mod tests {
     #[test]
     fn table_shows_every_column() {
         let mut q = backend("b");
-        q.state = "quarantined".to_owned();
+        q.state = State::Quarantined;
         q.backup = true;
         q.quarantine = Some(QuarantineStatus {
             until: "2026-01-01T00:10:30Z".to_owned(),
-            reason: "manual".to_owned(),
+            reason: QuarantineReason::Manual,
         });
         let status = Status {
             version: "1.0.0".to_owned(),
@@ -331,12 +336,17 @@ mod tests {
         }
     }
 
+    /// The enum value `/status` names `name`.
+    fn named<T: serde::de::DeserializeOwned>(name: &str) -> T {
+        serde_json::from_value(serde_json::Value::from(name)).unwrap()
+    }
+
     fn quarantined(name: &str, state: &str, reason: &str, until: &str) -> BackendStatus {
         let mut b = backend(name);
-        b.state = state.to_owned();
+        b.state = named(state);
         b.quarantine = Some(QuarantineStatus {
             until: until.to_owned(),
-            reason: reason.to_owned(),
+            reason: named(reason),
         });
         b
     }
@@ -391,11 +401,11 @@ mod tests {
         a.height = Some(21);
         let mut behind = quarantined("behind", "lagging", "lagging", "2026-01-01T00:05:00Z");
         behind.height = Some(12);
-        behind.last_probe.as_mut().unwrap().outcome = "lagging".to_owned();
+        behind.last_probe.as_mut().unwrap().outcome = ProbeOutcome::Lagging;
         let mut caught = quarantined("caught", "lagging", "lagging", "2026-01-01T00:05:00Z");
         caught.height = Some(21);
         let mut ahead = backend("ahead");
-        ahead.state = "unknown".to_owned();
+        ahead.state = State::Unknown;
         ahead.height = Some(23);
         let mut none = backend("none");
         none.height = None;

@@ -17,6 +17,7 @@ use tracing::{error, info};
 use super::client::{Clients, Dialer};
 use super::{DemoNode, NODES};
 use crate::ops::status::BackendStatus;
+use crate::pool::health::State;
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::PoolSnapshot;
 
@@ -109,10 +110,10 @@ impl View {
         self.all_placed()
             && NODES
                 .iter()
-                .all(|n| self.on(n) == CLIENTS / NODES.len() && self.is(n, "healthy"))
+                .all(|n| self.on(n) == CLIENTS / NODES.len() && self.is(n, State::Healthy))
     }
 
-    fn is(&self, name: &str, state: &str) -> bool {
+    fn is(&self, name: &str, state: State) -> bool {
         self.backend(name).is_some_and(|b| b.state == state)
     }
 
@@ -126,7 +127,7 @@ impl View {
 
     /// Released: back to healthy, no quarantine left.
     fn back(&self, name: &str) -> bool {
-        self.is(name, "healthy") && !self.quarantined(name)
+        self.is(name, State::Healthy) && !self.quarantined(name)
     }
 
     /// One line for logs and errors: `node-a=healthy/2 node-b=down/0 ...`.
@@ -219,7 +220,7 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
 
     s.announce("start", "3 nodes, a pool probing them, 6 clients");
     s.wait("every node probed healthy", |v| {
-        NODES.iter().all(|n| v.is(n, "healthy"))
+        NODES.iter().all(|n| v.is(n, State::Healthy))
     })
     .await?;
     let dialer = Dialer {
@@ -268,7 +269,7 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
     );
     s.node("node-c")?.frozen.store(true, Ordering::Relaxed);
     s.wait("node-c lagging and quarantined", |v| {
-        v.is("node-c", "lagging") && v.quarantined("node-c")
+        v.is("node-c", State::Lagging) && v.quarantined("node-c")
     })
     .await?;
     s.wait("node-c drained, its clients elsewhere", |v| {

@@ -74,7 +74,7 @@ impl Summary {
                 NodeRow {
                     name: n.name.to_owned(),
                     addr: n.sim.addr().to_string(),
-                    state: status.map_or_else(|| "?".to_owned(), |b| b.state.clone()),
+                    state: status.map_or_else(|| "?".to_owned(), |b| b.state.to_string()),
                     height: n.sim.height(),
                     clients: view.on(n.name),
                     quarantines: quarantines
