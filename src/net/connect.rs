@@ -52,20 +52,52 @@ pub enum ConnectError {
     },
 }
 
-impl ConnectError {
-    /// Short reason for logs and metrics.
-    pub fn kind(&self) -> &'static str {
+/// Why a connect failed, as logs (`connect_failed`'s `reason`) and the
+/// connect probe's detail name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailKind {
+    /// The name did not resolve.
+    Resolve,
+    /// The node refused the connection.
+    Refused,
+    /// This process ran out of descriptors, memory or local ports.
+    LocalResources,
+    /// Another error of the connect.
+    Error,
+    /// No answer within the connect timeout.
+    Timeout,
+    /// The address is one of this proxy's own listeners.
+    SelfLoop,
+}
+
+impl FailKind {
+    /// The name in logs and probe details.
+    pub fn as_str(self) -> &'static str {
         match self {
-            ConnectError::Resolve { .. } => "resolve",
+            FailKind::Resolve => "resolve",
+            FailKind::Refused => "refused",
+            FailKind::LocalResources => "local_resources",
+            FailKind::Error => "error",
+            FailKind::Timeout => "timeout",
+            FailKind::SelfLoop => "self_loop",
+        }
+    }
+}
+
+impl ConnectError {
+    /// Why it failed.
+    pub fn kind(&self) -> FailKind {
+        match self {
+            ConnectError::Resolve { .. } => FailKind::Resolve,
             ConnectError::Connect { source, .. }
                 if source.kind() == io::ErrorKind::ConnectionRefused =>
             {
-                "refused"
+                FailKind::Refused
             }
-            ConnectError::Connect { .. } if self.is_local() => "local_resources",
-            ConnectError::Connect { .. } => "error",
-            ConnectError::Timeout { .. } => "timeout",
-            ConnectError::SelfLoop { .. } => "self_loop",
+            ConnectError::Connect { .. } if self.is_local() => FailKind::LocalResources,
+            ConnectError::Connect { .. } => FailKind::Error,
+            ConnectError::Timeout { .. } => FailKind::Timeout,
+            ConnectError::SelfLoop { .. } => FailKind::SelfLoop,
         }
     }
 }
@@ -230,7 +262,7 @@ mod tests {
         let err = connect(&addr.to_string(), Duration::from_secs(5))
             .await
             .unwrap_err();
-        assert_eq!(err.kind(), "refused", "{err}");
+        assert_eq!(err.kind(), FailKind::Refused, "{err}");
     }
 
     #[tokio::test]

@@ -387,6 +387,6 @@ async fn connect_some(
 fn log_failure(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr, err: &ConnectError) {
     warn!(
         pool = %pool.name, backend = %target.config.name, conn, client = %peer,
-        reason = err.kind(), err = err.to_string().as_str(), "connect_failed"
+        reason = err.kind().as_str(), err = err.to_string().as_str(), "connect_failed"
     );
 }

@@ -279,7 +279,7 @@ impl Prober {
                 }
                 (ProbeKind::Connect, _, _) => match connect::connect(addr, timeout).await {
                     Ok(_) => Report::new(Verdict::Healthy, "connected"),
-                    Err(err) => Report::new(Verdict::Down, err.kind()),
+                    Err(err) => Report::new(Verdict::Down, err.kind().as_str()),
                 },
                 (ProbeKind::Blockbook, Some(url), Some(http)) => {
                     http.blockbook(addr, url, timeout).await
