@@ -86,7 +86,7 @@ async fn speak<S>(
     let headers = match tokio::time::timeout_at(deadline, fetch(session, height, 1)).await {
         Ok(Ok(headers)) => headers,
         Ok(Err(Proof::Unproven(why))) => {
-            debug!(server, why, "agreement_word_failed");
+            debug!(server, why, "agreement_header_failed");
             return;
         }
         Ok(Err(_)) | Err(_) => Vec::new(),

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::faults_support::{
-    Rng, Verifier, admin_addr, closed_accounted, fd_count, fill_at, long_run, ms, rss_kib,
-    soak_secs, wait_closed, wait_named,
+    Rng, Verifier, admin_addr, fd_count, fill_at, long_run, ms, rss_kib, soak_secs, wait_named,
 };
 use crate::support::admin_wait::wait_status;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
+use crate::support::proxy::closed_accounted;
 use crate::support::{wait_until, within};
 use serde_json::Value;
 use socket2::SockRef;
@@ -355,7 +355,7 @@ async fn churn_with_resets_both_sides_leaves_no_fd_or_connection_behind() {
     let fd_after = fd_count(pid);
     let rss_after = rss_kib(pid);
     // Short connections of the churn are folded into summary lines.
-    let closed = wait_closed(&proxy, transfers + 1, T, |_| true).await;
+    let closed = proxy.wait_closed(transfers + 1, T, |_| true).await;
     let mut reasons = std::collections::BTreeMap::new();
     for e in &closed {
         *reasons
@@ -765,7 +765,7 @@ async fn fifty_reloads_under_load_lose_no_byte_and_close_no_connection() {
         within("short transfers", T, t).await.unwrap();
     }
     let shorts = short_done.load(Ordering::Relaxed);
-    let closed = wait_closed(&proxy, 8 + shorts, T, |e| e["pool"] == "p").await;
+    let closed = proxy.wait_closed(8 + shorts, T, |e| e["pool"] == "p").await;
     let bad: Vec<&Value> = closed
         .iter()
         .filter(|e| e["reason"] != "client_closed" && e["reason"] != "backend_closed")

@@ -488,37 +488,3 @@ pub async fn wait_named(
 ) -> Vec<Value> {
     wait_events(|| proxy.named(name), n, timeout, pred, name).await
 }
-
-/// The connections one `closed` event accounts for: 1 for a full line,
-/// `suppressed` for a summary line (the short connections of a flood are
-/// folded into those).
-pub fn closed_accounted(e: &Value) -> usize {
-    e["suppressed"].as_u64().map_or(1, |n| n as usize)
-}
-
-/// Wait (async) until the `closed` events matching `pred` account for at
-/// least `n` connections (see [`closed_accounted`]); returns those events.
-pub async fn wait_closed(
-    proxy: &crate::support::proxy::Proxy,
-    n: usize,
-    timeout: Duration,
-    pred: impl Fn(&Value) -> bool,
-) -> Vec<Value> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let found: Vec<Value> = proxy
-            .named("closed")
-            .into_iter()
-            .filter(|e| pred(e))
-            .collect();
-        let accounted: usize = found.iter().map(closed_accounted).sum();
-        if accounted >= n {
-            return found;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for `closed` events of {n} connections (found {accounted})"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}

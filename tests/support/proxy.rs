@@ -129,6 +129,23 @@ impl Events {
     }
 }
 
+/// The connections one `closed` event accounts for: 1 for a full line,
+/// `suppressed` for a summary line.
+pub fn closed_accounted(e: &Value) -> usize {
+    e["suppressed"].as_u64().map_or(1, |n| n as usize)
+}
+
+/// The `closed` events of `events` matching `pred`, once they account for
+/// at least `n` connections.
+fn closed_of(events: &[Value], n: usize, pred: &impl Fn(&Value) -> bool) -> Option<Vec<Value>> {
+    let found: Vec<Value> = events
+        .iter()
+        .filter(|e| e["message"] == "closed" && pred(e))
+        .cloned()
+        .collect();
+    (found.iter().map(closed_accounted).sum::<usize>() >= n).then_some(found)
+}
+
 /// A running pin-proxy process; killed on drop.
 pub struct Proxy {
     child: Child,
@@ -299,6 +316,49 @@ impl Proxy {
         check: impl Fn(&[Value]) -> Option<R>,
     ) -> R {
         self.events.wait_for(what, timeout, check).await
+    }
+
+    /// Wait until the `closed` events matching `pred` account for `n`
+    /// connections: a full line for one, a summary line (which folds a
+    /// flood's short connections, and names no client) for its
+    /// `suppressed` count. Returns those events.
+    pub async fn wait_closed(
+        &self,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let what = format!("closed events of {n} connections");
+        self.wait_log(&what, timeout, |events| closed_of(events, n, &pred))
+            .await
+    }
+
+    /// As [`Proxy::wait_closed`], blocking the thread (for plain `#[test]`s).
+    pub fn wait_closed_blocking(
+        &self,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = self.events.lines.lock().unwrap();
+        loop {
+            if let Some(found) = closed_of(&lines, n, &pred) {
+                return found;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(lines);
+                self.events
+                    .timed_out(&format!("closed events of {n} connections"));
+            }
+            lines = self
+                .events
+                .more
+                .wait_timeout(lines, deadline - now)
+                .unwrap()
+                .0;
+        }
     }
 
     /// As [`Proxy::wait_event`], blocking the thread (for plain `#[test]`s).
