@@ -26,11 +26,6 @@ pub fn warnings(config: &Config) -> Vec<String> {
 const ELECTRUM_MAIN_PORTS: [u16; 2] = [50001, 50002];
 const ELECTRUM_TEST_PORTS: [u16; 2] = [51001, 51002];
 
-/// True for the networks whose names say they are a test chain.
-fn is_test_network(network: &str) -> bool {
-    network.ends_with("-testnet") || network.ends_with("-regtest")
-}
-
 /// `host:port`'s host (brackets taken off) and port.
 fn host_port(addr: &str) -> Option<(&str, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
@@ -48,7 +43,7 @@ fn other_chain(config: &Config, pool: &PoolConfig) -> Vec<String> {
     if !electrum || !h.proves_heights() {
         return Vec::new();
     }
-    let test = is_test_network(&h.network);
+    let test = h.network.is_test();
     let mut out = Vec::new();
     for b in &pool.backends {
         let Some((host, port)) = host_port(&b.addr) else {

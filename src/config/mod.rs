@@ -166,9 +166,9 @@ pub struct HealthConfig {
     pub timeout: Duration,
     /// Blocks a backend may trail the best usable backend.
     pub max_lag_blocks: u64,
-    /// Network name (`litecoin`, ...) or `custom` when only `magic` was given:
-    /// whose proof-of-work rules prove heights.
-    pub network: String,
+    /// The chain whose proof-of-work rules prove heights;
+    /// [`Network::Custom`] when only `magic` was given.
+    pub network: Network,
     /// Message-start bytes in wire order.
     pub magic: [u8; 4],
     /// Consecutive bad verdicts before a backend is acted on.
@@ -262,16 +262,90 @@ impl ProbeKind {
     }
 }
 
-/// `health.network` when only a `magic` was given: no known chain, so no
-/// rules to prove a height by.
-pub const CUSTOM_NETWORK: &str = "custom";
+/// The chain a `bitcoin-p2p` or `electrum*` probe checks (`health.network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Network {
+    /// Litecoin mainnet.
+    Litecoin,
+    /// Litecoin testnet4.
+    LitecoinTestnet,
+    /// Litecoin regtest.
+    LitecoinRegtest,
+    /// Bitcoin mainnet.
+    Bitcoin,
+    /// Bitcoin testnet3.
+    BitcoinTestnet,
+    /// Bitcoin regtest.
+    BitcoinRegtest,
+    /// Only a `magic` was given: no known chain, so no rules to prove a
+    /// height by. Not a value config.yaml can name.
+    #[serde(skip_deserializing)]
+    Custom,
+}
+
+impl Network {
+    /// Every network config.yaml can name.
+    pub const NAMED: [Network; 6] = [
+        Network::Litecoin,
+        Network::LitecoinTestnet,
+        Network::LitecoinRegtest,
+        Network::Bitcoin,
+        Network::BitcoinTestnet,
+        Network::BitcoinRegtest,
+    ];
+
+    /// Its name in config.yaml, logs and details (`custom` for a magic only).
+    pub fn name(self) -> &'static str {
+        match self {
+            Network::Litecoin => "litecoin",
+            Network::LitecoinTestnet => "litecoin-testnet",
+            Network::LitecoinRegtest => "litecoin-regtest",
+            Network::Bitcoin => "bitcoin",
+            Network::BitcoinTestnet => "bitcoin-testnet",
+            Network::BitcoinRegtest => "bitcoin-regtest",
+            Network::Custom => "custom",
+        }
+    }
+
+    /// Its P2P message-start bytes in wire order; none for `Custom` (the
+    /// config's `magic` is the only one).
+    pub fn magic(self) -> Option<[u8; 4]> {
+        Some(match self {
+            Network::Litecoin => [0xfb, 0xc0, 0xb6, 0xdb],
+            Network::LitecoinTestnet => [0xfd, 0xd2, 0xc8, 0xf1],
+            Network::LitecoinRegtest => [0xfa, 0xbf, 0xb5, 0xda],
+            Network::Bitcoin => [0xf9, 0xbe, 0xb4, 0xd9],
+            Network::BitcoinTestnet => [0x0b, 0x11, 0x09, 0x07],
+            Network::BitcoinRegtest => [0xfa, 0xbf, 0xb5, 0xda],
+            Network::Custom => return None,
+        })
+    }
+
+    /// A test chain (testnet or regtest).
+    pub fn is_test(self) -> bool {
+        matches!(
+            self,
+            Network::LitecoinTestnet
+                | Network::LitecoinRegtest
+                | Network::BitcoinTestnet
+                | Network::BitcoinRegtest
+        )
+    }
+}
+
+impl std::fmt::Display for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 impl HealthConfig {
     /// True when the probe can prove a height with the network's headers
     /// (`bitcoin-p2p`, `electrum*` on a named network): proof then
     /// outranks corroboration.
     pub fn proves_heights(&self) -> bool {
-        self.probe.uses_network() && self.network != CUSTOM_NETWORK
+        self.probe.uses_network() && self.network != Network::Custom
     }
 }
 

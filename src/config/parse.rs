@@ -29,15 +29,15 @@ pub use error::ConfigError;
 use error::{Invalid, invalid};
 pub use keys::{KeyGroup, keys};
 use raw::{
-    Merge, Network, RawDiscovery, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe,
+    Merge, RawDiscovery, RawFile, RawHealth, RawLog, RawLogFormat, RawPool, RawProbe,
     RawQuarantine, RawSettings, RawStallRule,
 };
 use values::{ProbeUrl, RawBackend};
 pub(super) use writable::open_to_others;
 
 use super::{
-    AdminConfig, BackendConfig, CUSTOM_NETWORK, Config, DiscoverConfig, DiscoveryConfig,
-    HealthConfig, KeepaliveConfig, LogConfig, LogFormat, PoolConfig, ProbeKind, QuarantineConfig,
+    AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
+    KeepaliveConfig, LogConfig, LogFormat, Network, PoolConfig, ProbeKind, QuarantineConfig,
     RebalanceConfig, StallRule,
 };
 
@@ -393,9 +393,12 @@ fn build_discovery(d: RawDiscovery) -> DiscoveryConfig {
 
 fn build_health(h: RawHealth) -> HealthConfig {
     let (network, magic) = match (h.network, h.magic) {
-        (Some(n), Some(m)) => (n.name_and_magic().0, m.0),
-        (None, Some(m)) => (CUSTOM_NETWORK, m.0),
-        (n, None) => n.unwrap_or(NETWORK).name_and_magic(),
+        (Some(n), Some(m)) => (n, m.0),
+        (None, Some(m)) => (Network::Custom, m.0),
+        (n, None) => {
+            let n = n.unwrap_or(NETWORK);
+            (n, n.magic().unwrap_or_default())
+        }
     };
     HealthConfig {
         probe: match h.probe {
@@ -409,7 +412,7 @@ fn build_health(h: RawHealth) -> HealthConfig {
         interval: h.interval.map_or(HEALTH_INTERVAL, |d| d.0),
         timeout: h.timeout.map_or(HEALTH_TIMEOUT, |d| d.0),
         max_lag_blocks: h.max_lag_blocks.unwrap_or(MAX_LAG_BLOCKS),
-        network: network.to_owned(),
+        network,
         magic,
         fall: h.fall.map_or(FALL, NonZeroU32::get),
         rise: h.rise.map_or(RISE, NonZeroU32::get),

@@ -3,6 +3,7 @@ use std::sync::OnceLock;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
+use crate::config::Network;
 use crate::pool::report::{Proof, Report, Verdict};
 use crate::probe::chain::Proving;
 use crate::probe::electrum::probe;
@@ -19,7 +20,7 @@ const FLOOR: u64 = 2000;
 const HUGE: u64 = 2_000_000_000;
 
 fn regtest() -> &'static ChainParams {
-    params("litecoin-regtest").unwrap()
+    params(Network::LitecoinRegtest).unwrap()
 }
 
 /// The simulated regtest chain to 2300, mined once for every test.

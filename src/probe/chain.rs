@@ -130,6 +130,7 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Network;
     use crate::probe::pow::params;
 
     /// A fake run of tips (hashes from heights); the chain does not check
@@ -149,7 +150,7 @@ mod tests {
     }
 
     fn chain() -> Chain {
-        Chain::new(params("litecoin-regtest").unwrap())
+        Chain::new(params(Network::LitecoinRegtest).unwrap())
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl Ask<'_> {
         if let Err(err) = params.check_alone(tip.height, &tip.header) {
             return Err(Failure::Garbled(format!(
                 "tip {err}: health.network {} may not be the servers' chain",
-                params.name
+                params.name()
             )));
         }
         let proof = match self.proving {

@@ -177,7 +177,7 @@ where
                 return Proof::Contradicted(format!(
                     "its block 0 is not the genesis block of {}: \
                      health.network may not be the server's chain",
-                    params.name
+                    params.name()
                 ));
             }
             Some(_) => {}

@@ -6,6 +6,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::*;
+use crate::config::Network;
 use crate::pool::report::{Report, Verdict};
 use crate::probe::chain::Proving;
 use crate::probe::electrum::probe;
@@ -20,13 +21,13 @@ const GENESIS: &str = "010000000000000000000000000000000000000000000000000000000
                        bafbdd97dae5494dffff7f2000000000";
 
 pub(in crate::probe) fn chain() -> Chain {
-    Chain::new(params("litecoin-regtest").unwrap())
+    Chain::new(params(Network::LitecoinRegtest).unwrap())
 }
 
 /// The regtest chain of the simulated nodes, genesis included: `to + 1`
 /// headers.
 pub(in crate::probe) fn honest(to: u64) -> Vec<Header> {
-    let p = params("litecoin-regtest").unwrap();
+    let p = params(Network::LitecoinRegtest).unwrap();
     let sim = SimChain::new(p);
     let mut out = vec![header(GENESIS).unwrap()];
     while (out.len() as u64) <= to {
@@ -133,7 +134,7 @@ async fn prove_at(addr: &str, chain: &Chain, timeout: Duration) -> Report {
         chain,
         wanted: &wanted,
     };
-    let regtest = params("litecoin-regtest");
+    let regtest = params(Network::LitecoinRegtest);
     probe(addr, None, regtest, Some(proving), timeout).await
 }
 

@@ -7,6 +7,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::*;
+use crate::config::Network;
 use crate::probe::pow::params;
 
 const SHORT: Duration = Duration::from_millis(300);
@@ -93,7 +94,7 @@ fn method(request: &Value) -> &str {
 
 /// A Litecoin regtest header whose work passes (or not).
 fn mined(pass: bool) -> Header {
-    let regtest = params("litecoin-regtest").unwrap();
+    let regtest = params(Network::LitecoinRegtest).unwrap();
     let mut raw = [0u8; HEADER_LEN];
     raw[..4].copy_from_slice(&0x2000_0000u32.to_le_bytes());
     raw[36..68].copy_from_slice(&[7u8; 32]);
@@ -125,7 +126,7 @@ fn electrumx(tip: Header, height: u64) -> impl Fn(&Value) -> Answer {
 }
 
 fn regtest() -> Option<&'static ChainParams> {
-    params("litecoin-regtest")
+    params(Network::LitecoinRegtest)
 }
 
 fn assert_verdict(report: &Report, verdict: Verdict, detail: &str) {
@@ -355,7 +356,7 @@ async fn a_tip_header_without_its_work_is_unknown() {
     );
     // A regtest header is far too easy for mainnet.
     let (addr, _) = server(electrumx(mined(true), 431)).await;
-    let report = probe(&addr, None, params("litecoin"), None, LONG).await;
+    let report = probe(&addr, None, params(Network::Litecoin), None, LONG).await;
     assert_verdict(
         &report,
         Verdict::Unknown,
@@ -375,14 +376,14 @@ async fn the_network_picks_the_hash() {
         *byte = u8::from_str_radix(&genesis[2 * i..2 * i + 2], 16).unwrap();
     }
     let (addr, _) = server(electrumx(Header { raw }, 0)).await;
-    let report = probe(&addr, None, params("litecoin"), None, LONG).await;
+    let report = probe(&addr, None, params(Network::Litecoin), None, LONG).await;
     assert_eq!(
         (report.verdict, report.proof),
         (Verdict::Healthy, Proof::NotAsked)
     );
     let bitcoin = ChainParams {
         limit_bits: 0x1e0f_ffff,
-        ..*params("bitcoin").unwrap()
+        ..*params(Network::Bitcoin).unwrap()
     };
     let report = probe(&addr, None, Some(&bitcoin), None, LONG).await;
     assert_verdict(&report, Verdict::Unknown, "lacks the proof of work");

@@ -4,6 +4,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::*;
+use crate::config::Network;
 use crate::probe::chain::Proving;
 use crate::probe::p2p::probe_proving;
 use crate::probe::pow::params;
@@ -16,7 +17,7 @@ const REGTEST: Magic = [0xfa, 0xbf, 0xb5, 0xda];
 const WAIT: Duration = Duration::from_secs(20);
 
 fn chain() -> Chain {
-    Chain::new(params("litecoin-regtest").unwrap())
+    Chain::new(params(Network::LitecoinRegtest).unwrap())
 }
 
 async fn node(height: u64) -> SimNode {
@@ -153,7 +154,7 @@ async fn forger(headers: Vec<Header>, height: i32) -> String {
 }
 
 fn honest(n: u64) -> Vec<Header> {
-    let p = params("litecoin-regtest").unwrap();
+    let p = params(Network::LitecoinRegtest).unwrap();
     SimChain::new(p).headers_after(&[p.genesis], n)
 }
 
@@ -161,7 +162,7 @@ fn honest(n: u64) -> Vec<Header> {
 async fn forged_headers_are_refused() {
     // Work removed: the nonce of header 5 changed (about half of all
     // nonces fail regtest's target; find one that does).
-    let p = params("litecoin-regtest").unwrap();
+    let p = params(Network::LitecoinRegtest).unwrap();
     let mut forged = honest(10);
     let mut tip = p.genesis_tip();
     for h in &forged[..4] {

@@ -10,6 +10,8 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::config::Network;
+
 /// A block hash in wire (internal, little-endian) byte order.
 pub type Hash = [u8; 32];
 
@@ -43,8 +45,8 @@ pub enum Retarget {
 /// What a network's headers must satisfy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainParams {
-    /// The network's name in the config (`litecoin-regtest` ...).
-    pub name: &'static str,
+    /// The network.
+    pub network: Network,
     /// The genesis block's hash, wire order.
     pub genesis: Hash,
     /// The proof-of-work hash.
@@ -55,50 +57,57 @@ pub struct ChainParams {
     pub retarget: Retarget,
 }
 
+impl ChainParams {
+    /// The network's name in the config (`litecoin-regtest` ...).
+    pub fn name(&self) -> &'static str {
+        self.network.name()
+    }
+}
+
 /// The parameters of a network named in the config; `None` for a custom
 /// magic, whose headers cannot be checked.
-pub fn params(network: &str) -> Option<&'static ChainParams> {
-    NETWORKS.iter().find(|p| p.name == network)
+pub fn params(network: Network) -> Option<&'static ChainParams> {
+    NETWORKS.iter().find(|p| p.network == network)
 }
 
 const NETWORKS: [ChainParams; 6] = [
     ChainParams {
-        name: "litecoin",
+        network: Network::Litecoin,
         genesis: display_hash("12a765e31ffd4059bada1e25190f6e98c99d9714d334efa41a195a7e7e04bfe2"),
         pow: PowHash::Scrypt,
         limit_bits: 0x1e0f_ffff,
         retarget: Retarget::Periodic,
     },
     ChainParams {
-        name: "litecoin-testnet",
+        network: Network::LitecoinTestnet,
         genesis: display_hash("4966625a4b2851d9fdee139e56211a0d88575f59ed816ff5e6a63deb4e3e29a0"),
         pow: PowHash::Scrypt,
         limit_bits: 0x1e0f_ffff,
         retarget: Retarget::MinDifficulty,
     },
     ChainParams {
-        name: "litecoin-regtest",
+        network: Network::LitecoinRegtest,
         genesis: display_hash("530827f38f93b43ed12af0b3ad25a288dc02ed74d6d7857862df51fc56c416f9"),
         pow: PowHash::Scrypt,
         limit_bits: 0x207f_ffff,
         retarget: Retarget::Never,
     },
     ChainParams {
-        name: "bitcoin",
+        network: Network::Bitcoin,
         genesis: display_hash("000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"),
         pow: PowHash::Sha256d,
         limit_bits: 0x1d00_ffff,
         retarget: Retarget::Periodic,
     },
     ChainParams {
-        name: "bitcoin-testnet",
+        network: Network::BitcoinTestnet,
         genesis: display_hash("000000000933ea01ad0ee984209779baaec3ced90fa3f408719526f8d77f4943"),
         pow: PowHash::Sha256d,
         limit_bits: 0x1d00_ffff,
         retarget: Retarget::MinDifficulty,
     },
     ChainParams {
-        name: "bitcoin-regtest",
+        network: Network::BitcoinRegtest,
         genesis: display_hash("0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"),
         pow: PowHash::Sha256d,
         limit_bits: 0x207f_ffff,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Network;
 
 /// A header from its fields; hashes in display (big-endian hex) order.
 fn header(version: u32, prev: &str, merkle: &str, time: u32, bits: u32, nonce: u32) -> Header {
@@ -46,23 +47,23 @@ fn before_genesis(bits: u32) -> Tip {
 
 #[test]
 fn genesis_hashes_match_the_networks() {
-    let ltc = params("litecoin").unwrap();
+    let ltc = params(Network::Litecoin).unwrap();
     assert_eq!(litecoin_genesis().hash(), ltc.genesis);
-    let regtest = params("litecoin-regtest").unwrap();
+    let regtest = params(Network::LitecoinRegtest).unwrap();
     let g = header(1, ZERO, LTC_MERKLE, 1_296_688_602, 0x207f_ffff, 0);
     assert_eq!(g.hash(), regtest.genesis);
-    let btc = params("bitcoin").unwrap();
+    let btc = params(Network::Bitcoin).unwrap();
     let merkle = "4a5e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33b";
     let g = header(1, ZERO, merkle, 1_231_006_505, 0x1d00_ffff, 2_083_236_893);
     assert_eq!(g.hash(), btc.genesis);
-    assert!(params("custom").is_none());
+    assert!(params(Network::Custom).is_none());
 }
 
 #[test]
 fn real_genesis_headers_carry_their_work() {
     // Litecoin: scrypt; the header's double SHA-256 is far above its target,
     // so only the scrypt rule accepts it.
-    let ltc = params("litecoin").unwrap();
+    let ltc = params(Network::Litecoin).unwrap();
     let g = litecoin_genesis();
     let tip = ltc.check(&before_genesis(0x1e0f_fff0), &g).unwrap();
     assert_eq!(tip.hash, ltc.genesis);
@@ -75,7 +76,7 @@ fn real_genesis_headers_carry_their_work() {
         Err(PowError::NoWork { height: 1 })
     );
     // Bitcoin: double SHA-256.
-    let btc = params("bitcoin").unwrap();
+    let btc = params(Network::Bitcoin).unwrap();
     let merkle = "4a5e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33b";
     let g = header(1, ZERO, merkle, 1_231_006_505, 0x1d00_ffff, 2_083_236_893);
     assert!(btc.check(&before_genesis(0x1d00_ffff), &g).is_ok());
@@ -83,7 +84,7 @@ fn real_genesis_headers_carry_their_work() {
 
 #[test]
 fn a_changed_nonce_loses_the_work() {
-    let ltc = params("litecoin").unwrap();
+    let ltc = params(Network::Litecoin).unwrap();
     let mut g = litecoin_genesis();
     g.raw[76] ^= 1;
     assert_eq!(
@@ -94,7 +95,7 @@ fn a_changed_nonce_loses_the_work() {
 
 #[test]
 fn a_lone_header_is_judged_by_its_own_target() {
-    let ltc = params("litecoin").unwrap();
+    let ltc = params(Network::Litecoin).unwrap();
     let g = litecoin_genesis();
     // No predecessor needed, whatever height it is said to be at.
     assert_eq!(ltc.check_alone(2_800_000, &g), Ok(()));
@@ -118,7 +119,7 @@ fn a_lone_header_is_judged_by_its_own_target() {
 
 #[test]
 fn headers_must_link() {
-    let ltc = params("litecoin").unwrap();
+    let ltc = params(Network::Litecoin).unwrap();
     let other = Tip {
         height: 7,
         hash: [1u8; 32],
@@ -149,7 +150,7 @@ fn compact_targets() {
 
 #[test]
 fn targets_beyond_the_limit_or_zero_are_refused() {
-    let ltc = params("litecoin").unwrap();
+    let ltc = params(Network::Litecoin).unwrap();
     for bits in [0x1f00_ffff, 0x0000_0000, 0x1e80_0000 | 0x1234, 0xff7f_ffff] {
         let mut g = litecoin_genesis();
         g.raw[72..76].copy_from_slice(&u32::to_le_bytes(bits));
@@ -163,7 +164,7 @@ fn targets_beyond_the_limit_or_zero_are_refused() {
 
 #[test]
 fn bits_change_only_in_turn() {
-    let btc = params("bitcoin").unwrap();
+    let btc = params(Network::Bitcoin).unwrap();
     let at = |height: u64| Tip {
         height,
         hash: [0u8; 32],
@@ -206,7 +207,7 @@ fn bits_change_only_in_turn() {
         );
     }
     // Regtest never retargets; testnets may drop to the limit anywhere.
-    let regtest = params("bitcoin-regtest").unwrap();
+    let regtest = params(Network::BitcoinRegtest).unwrap();
     let tip = Tip {
         height: 2015,
         hash: [0u8; 32],
@@ -216,7 +217,7 @@ fn bits_change_only_in_turn() {
         regtest.check(&tip, &with_bits(0x207f_fffe)),
         Err(PowError::BadRetarget { .. })
     ));
-    let testnet = params("bitcoin-testnet").unwrap();
+    let testnet = params(Network::BitcoinTestnet).unwrap();
     assert!(!matches!(
         testnet.check(&at(100), &with_bits(0x1d00_ffff)),
         Err(PowError::BadRetarget { .. })

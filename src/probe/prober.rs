@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
-use crate::config::{BackendConfig, ProbeKind, SecretUrl, default_probe_url};
+use crate::config::{BackendConfig, Network, ProbeKind, SecretUrl, default_probe_url};
 use crate::net::connect;
 use crate::pool::registry::{BackendId, Pool};
 use crate::pool::report::{Report, Verdict};
@@ -36,7 +36,7 @@ struct ProbeKey {
     url: Option<String>,
     magic: [u8; 4],
     /// Network name: whose headers prove a height.
-    network: String,
+    network: Network,
     interval: Duration,
     timeout: Duration,
 }
@@ -69,7 +69,7 @@ impl Subs {
 pub struct Prober {
     probes: Arc<Mutex<HashMap<ProbeKey, Subscribers>>>,
     /// What is known of each network's chain, shared by its probes.
-    chains: Arc<Mutex<HashMap<&'static str, Arc<Chain>>>>,
+    chains: Arc<Mutex<HashMap<Network, Arc<Chain>>>>,
     http: Option<Arc<HttpProber>>,
     /// TLS for `electrum-tls`.
     tls: Option<AnyCertTls>,
@@ -140,7 +140,7 @@ impl Prober {
             addr: backend.addr.clone(),
             url: url.as_ref().map(|u| u.expose().to_string()),
             magic: h.magic,
-            network: h.network.clone(),
+            network: h.network,
             interval: h.interval,
             timeout: h.timeout,
         };
@@ -168,7 +168,7 @@ impl Prober {
     fn enlist(&self, key: &ProbeKey) -> Option<Enlisted> {
         match key.kind {
             ProbeKind::Electrum | ProbeKind::ElectrumTls => self
-                .chain(&key.network)
+                .chain(key.network)
                 .map(|chain| Enlisted::new(chain, &key.addr)),
             _ => None,
         }
@@ -267,12 +267,12 @@ impl Prober {
             let (addr, timeout) = (key.addr.as_str(), key.timeout);
             // A claim is proven only when some pool would act on it.
             let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
-            let chain = self.chain(&key.network);
+            let chain = self.chain(key.network);
             let proving = chain.as_deref().map(|chain| Proving {
                 chain,
                 wanted: &wanted,
             });
-            let params = pow::params(&key.network);
+            let params = pow::params(key.network);
             match (key.kind, url, &self.http) {
                 (ProbeKind::BitcoinP2p, _, _) => {
                     p2p::probe_proving(addr, key.magic, timeout, proving).await
@@ -316,12 +316,12 @@ impl Prober {
     }
 
     /// The shared chain of `network`; none for a custom magic.
-    fn chain(&self, network: &str) -> Option<Arc<Chain>> {
+    fn chain(&self, network: Network) -> Option<Arc<Chain>> {
         let params = pow::params(network)?;
         let mut chains = lock(&self.chains);
         Some(
             chains
-                .entry(params.name)
+                .entry(params.network)
                 .or_insert_with(|| Arc::new(Chain::new(params)))
                 .clone(),
         )

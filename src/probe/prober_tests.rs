@@ -1,12 +1,12 @@
 use super::*;
 
-fn key(kind: ProbeKind, addr: &str, network: &str) -> ProbeKey {
+fn key(kind: ProbeKind, addr: &str, network: Network) -> ProbeKey {
     ProbeKey {
         kind,
         addr: addr.into(),
         url: None,
         magic: [0; 4],
-        network: network.into(),
+        network,
         interval: Duration::from_secs(1),
         timeout: Duration::from_secs(1),
     }
@@ -15,12 +15,12 @@ fn key(kind: ProbeKind, addr: &str, network: &str) -> ProbeKey {
 #[tokio::test]
 async fn electrum_servers_of_a_named_network_are_enlisted_while_probed() {
     let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
-    let regtest = "litecoin-regtest";
+    let regtest = Network::LitecoinRegtest;
     let a = prober.enlist(&key(ProbeKind::Electrum, "a:1", regtest));
     let b = prober.enlist(&key(ProbeKind::ElectrumTls, "b:1", regtest));
     assert!(a.is_some() && b.is_some());
     let p2p = prober.enlist(&key(ProbeKind::BitcoinP2p, "c:1", regtest));
-    let custom = prober.enlist(&key(ProbeKind::Electrum, "d:1", "custom"));
+    let custom = prober.enlist(&key(ProbeKind::Electrum, "d:1", Network::Custom));
     assert!(p2p.is_none() && custom.is_none());
     let chain = prober.chain(regtest).unwrap();
     let agreement = chain.agreement();

@@ -96,11 +96,12 @@ impl SimChain {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Network;
     use crate::probe::pow::params;
 
     #[test]
     fn serves_valid_linked_headers_after_the_locator() {
-        let chain = SimChain::new(params("litecoin-regtest").unwrap());
+        let chain = SimChain::new(params(Network::LitecoinRegtest).unwrap());
         let p = chain.params;
         let first = chain.headers_after(&[p.genesis], 30);
         assert_eq!(first.len(), 30);

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
+use crate::config::Network;
 use crate::probe::pow::{self, Hash};
 use crate::probe::wire::{self, Decoder, Magic, VersionParams};
 use crate::sim::simchain::SimChain;
@@ -79,7 +80,7 @@ impl SimNode {
                 silent: AtomicBool::new(false),
                 headers_to: AtomicU64::new(u64::MAX),
                 chain: (magic == REGTEST)
-                    .then(|| pow::params("litecoin-regtest").map(SimChain::new))
+                    .then(|| pow::params(Network::LitecoinRegtest).map(SimChain::new))
                     .flatten(),
                 accepted: AtomicUsize::new(0),
                 live: AtomicUsize::new(0),

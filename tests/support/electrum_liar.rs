@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use pin_proxy::config::Network;
 use pin_proxy::inspect::pow::{self, HEADER_LEN, Header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -123,7 +124,7 @@ pub fn real_headers(ex: &ElectrumX, to: u64) -> Vec<Header> {
 
 /// A header with valid Litecoin regtest work whose parent is no block.
 pub fn forged_header() -> Header {
-    let regtest = pow::params("litecoin-regtest").unwrap();
+    let regtest = pow::params(Network::LitecoinRegtest).unwrap();
     let mut raw = [0u8; HEADER_LEN];
     raw[..4].copy_from_slice(&0x2000_0000u32.to_le_bytes());
     raw[4..36].copy_from_slice(&[0x42; 32]);

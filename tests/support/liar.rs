@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pin_proxy::config::Network;
 use pin_proxy::inspect::pow::{self, Header, Tip};
 use pin_proxy::inspect::wire::{self, Decoder, VersionParams};
 use pin_proxy::sim::simchain::SimChain;
@@ -299,7 +300,7 @@ fn headers_after(headers: &[Header], payload: &[u8]) -> Vec<u8> {
 /// except the one at `broken`, whose nonce is changed until its proof of
 /// work fails.
 pub fn headers_with_bad_work(to: u64, broken: u64) -> Vec<Header> {
-    let params = pow::params("litecoin-regtest").unwrap();
+    let params = pow::params(Network::LitecoinRegtest).unwrap();
     let mut headers = SimChain::new(params).headers_after(&[params.genesis], to);
     let mut prev: Tip = params.genesis_tip();
     for header in &headers[..broken as usize - 1] {

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
-use super::raw::{Network, RawLogFormat, RawProbe, RawStallRule};
+use super::raw::{RawLogFormat, RawProbe, RawStallRule};
 use super::{
     CONNECT_TIMEOUT, DISCOVERY_HOLD, DISCOVERY_INTERVAL, DRAIN, DRAIN_SPREAD, FALL,
     HEALTH_INTERVAL, HEALTH_TIMEOUT, KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL,
@@ -15,6 +15,7 @@ use super::{
     QUARANTINE_FAILURES, QUARANTINE_MAX, REBALANCE_INTERVAL, REFUSED_CLIENTS, RISE,
     UPGRADE_TIMEOUT,
 };
+use crate::config::Network;
 use crate::config::span;
 
 /// The keys found at one place of the file.
@@ -87,7 +88,7 @@ fn settings() -> Vec<(&'static str, String)> {
         ("health.interval", format!("time between probes of a backend (default {})", s(HEALTH_INTERVAL))),
         ("health.timeout", format!("budget of one probe (default {})", s(HEALTH_TIMEOUT))),
         ("health.max_lag_blocks", format!("blocks a backend may trail the pool's reference height before it is lagging (default {MAX_LAG_BLOCKS})")),
-        ("health.network", format!("the chain a bitcoin-p2p or electrum probe checks: {} (default {})", names::<Network>(), NETWORK.name_and_magic().0)),
+        ("health.network", format!("the chain a bitcoin-p2p or electrum probe checks: {} (default {})", names::<Network>(), NETWORK.name())),
         ("health.magic", "a custom network's 4 message-start bytes in wire order, as 8 hex digits".into()),
         ("health.fall", format!("consecutive bad probe verdicts before a backend is acted on (default {FALL})")),
         ("health.rise", format!("consecutive passed probes before a quarantined backend returns (default {RISE})")),

@@ -132,7 +132,7 @@ pub(super) struct RawHealth {
     pub(super) interval: Option<PosDur>,
     pub(super) timeout: Option<PosDur>,
     pub(super) max_lag_blocks: Option<u64>,
-    pub(super) network: Option<Network>,
+    pub(super) network: Option<crate::config::Network>,
     pub(super) magic: Option<MagicHex>,
     pub(super) fall: Option<NonZeroU32>,
     pub(super) rise: Option<NonZeroU32>,
@@ -158,31 +158,6 @@ pub(super) enum RawProbe {
     Http,
     Electrum,
     ElectrumTls,
-}
-
-/// Known networks and their message-start bytes in wire order.
-#[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-pub(super) enum Network {
-    Litecoin,
-    LitecoinTestnet,
-    LitecoinRegtest,
-    Bitcoin,
-    BitcoinTestnet,
-    BitcoinRegtest,
-}
-
-impl Network {
-    pub(super) fn name_and_magic(self) -> (&'static str, [u8; 4]) {
-        match self {
-            Network::Litecoin => ("litecoin", [0xfb, 0xc0, 0xb6, 0xdb]),
-            Network::LitecoinTestnet => ("litecoin-testnet", [0xfd, 0xd2, 0xc8, 0xf1]),
-            Network::LitecoinRegtest => ("litecoin-regtest", [0xfa, 0xbf, 0xb5, 0xda]),
-            Network::Bitcoin => ("bitcoin", [0xf9, 0xbe, 0xb4, 0xd9]),
-            Network::BitcoinTestnet => ("bitcoin-testnet", [0x0b, 0x11, 0x09, 0x07]),
-            Network::BitcoinRegtest => ("bitcoin-regtest", [0xfa, 0xbf, 0xb5, 0xda]),
-        }
-    }
 }
 
 /// Key-by-key merge: `self` (the pool) wins, `fallback` (defaults) fills gaps.

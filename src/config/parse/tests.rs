@@ -68,7 +68,7 @@ fn builtin_defaults() {
         (h.probe, h.interval, h.timeout),
         (ProbeKind::Connect, secs(30), secs(5))
     );
-    assert_eq!((h.max_lag_blocks, h.network.as_str()), (3, "litecoin"));
+    assert_eq!((h.max_lag_blocks, h.network.name()), (3, "litecoin"));
     assert_eq!(
         (h.magic, h.fall, h.rise, h.drain),
         ([0xfb, 0xc0, 0xb6, 0xdb], 2, 1, true)
@@ -128,7 +128,7 @@ fn electrum_probes_read_heights_on_the_backend_itself() {
             "{POOL}    health: {{ probe: {name}, network: litecoin-regtest }}\n"
         ));
         let h = &c.pools[0].health;
-        assert_eq!((h.probe, h.network.as_str()), (kind, "litecoin-regtest"));
+        assert_eq!((h.probe, h.network.name()), (kind, "litecoin-regtest"));
         assert_eq!(kind.as_str(), name);
         assert!(kind.reads_height() && kind.uses_network());
         // The server's own address is probed: no URL to derive.
@@ -218,7 +218,7 @@ fn networks_and_magic() {
             "defaults:\n  health: {{ network: bitcoin }}\n{POOL}    health: {health}\n"
         ));
         let h = &c.pools[0].health;
-        assert_eq!((h.network.as_str(), h.magic), (network, magic), "{health}");
+        assert_eq!((h.network.name(), h.magic), (network, magic), "{health}");
     }
     // A pool's network is not paired with a magic written for the defaults.
     let c = ok(&format!(
