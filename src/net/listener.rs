@@ -16,10 +16,10 @@ use tracing::{debug, info, warn};
 use crate::config::IpNet;
 use crate::net::balance::Loops;
 use crate::net::handover::HandoverQueue;
-use crate::net::reject_fold::{Reject, RejectLog};
+use crate::net::reject_fold::RejectLog;
 use crate::net::session;
 use crate::net::sockopt;
-use crate::pool::admission::Refused;
+use crate::pool::admission::Refusal;
 use crate::pool::registry::Pool;
 
 /// A listen address (a pool's or the admin endpoint's) could not be bound.
@@ -169,7 +169,7 @@ fn admit(
 ) {
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
-    let reject = |reason: Reject| {
+    let reject = |reason: Refusal| {
         pool.count_rejected(reason.as_str());
         let (tracker, token) = (&shared.tracker, &pool.token);
         shared
@@ -177,13 +177,12 @@ fn admit(
             .rejected(&pool.name, reason, conn, peer, tracker, token);
     };
     if !allowed(&config.allow, peer) {
-        reject(Reject::AllowList);
+        reject(Refusal::AllowList);
         return;
     }
     let admission = match pool.admit_from(peer.ip()) {
         Ok(admission) => admission,
-        Err(Refused::MaxConnections) => return reject(Reject::MaxConnections),
-        Err(Refused::PerSource) => return reject(Reject::PerSource),
+        Err(refusal) => return reject(refusal),
     };
     debug!(pool = %pool.name, conn, client = %peer, "accepted");
     if let Some(other) = shared.loops.elsewhere(me) {

@@ -10,34 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::info;
 
+use crate::pool::admission::Refusal;
 use crate::pool::fold::{Flush, Fold};
 
-/// Why a client was refused at accept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reject {
-    /// Outside the pool's `allow` CIDRs.
-    AllowList,
-    /// The pool is at `max_connections`.
-    MaxConnections,
-    /// The client's address is at `max_connections_per_source`.
-    PerSource,
-}
-
-impl Reject {
-    /// Every reason.
-    pub const ALL: [Reject; 3] = [Reject::AllowList, Reject::MaxConnections, Reject::PerSource];
-
-    /// The `reason` field.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reject::AllowList => "allow_list",
-            Reject::MaxConnections => "max_connections",
-            Reject::PerSource => "per_source",
-        }
-    }
-}
-
-type Key = (String, Reject);
+type Key = (String, Refusal);
 
 /// The folds of every pool, shared by the accept loops (several per pool:
 /// one per listen address and data worker).
@@ -53,7 +29,7 @@ impl RejectLog {
     pub fn rejected(
         self: &Arc<Self>,
         pool: &str,
-        reason: Reject,
+        reason: Refusal,
         conn: u64,
         client: std::net::SocketAddr,
         tracker: &TaskTracker,
@@ -79,7 +55,7 @@ impl RejectLog {
     async fn flush_loop(
         &self,
         pool: &str,
-        reason: Reject,
+        reason: Refusal,
         token: &CancellationToken,
         report: impl Fn(u64),
     ) {
@@ -95,13 +71,13 @@ impl RejectLog {
         }
     }
 
-    fn with<T>(&self, pool: &str, reason: Reject, f: impl FnOnce(&mut Fold) -> T) -> T {
+    fn with<T>(&self, pool: &str, reason: Refusal, f: impl FnOnce(&mut Fold) -> T) -> T {
         let mut folds = self.folds.lock().unwrap_or_else(|e| e.into_inner());
         f(folds.entry((pool.to_owned(), reason)).or_default())
     }
 }
 
-fn summary(pool: &str, reason: Reject, suppressed: u64) {
+fn summary(pool: &str, reason: Refusal, suppressed: u64) {
     info!(pool = %pool, reason = reason.as_str(), suppressed, "rejected");
 }
 
@@ -161,7 +137,7 @@ mod tests {
         // Three windows of 100 refusals each, then quiet.
         for _ in 0..3 {
             for _ in 0..100 {
-                let hit = log.with("p", Reject::MaxConnections, |f| f.hit(Instant::now()));
+                let hit = log.with("p", Refusal::MaxConnections, |f| f.hit(Instant::now()));
                 counted.fetch_add(hit.carried, Ordering::Relaxed);
                 if hit.arm {
                     let (log, token) = (log.clone(), token.clone());
@@ -171,7 +147,7 @@ mod tests {
                             counted.fetch_add(n, Ordering::Relaxed);
                             summaries.fetch_add(1, Ordering::Relaxed);
                         };
-                        log.flush_loop("p", Reject::MaxConnections, &token, report)
+                        log.flush_loop("p", Refusal::MaxConnections, &token, report)
                             .await;
                     }));
                 }
@@ -193,7 +169,7 @@ mod tests {
         );
         // Quiet now: nothing pending, and the next refusal shows in full.
         assert!(
-            log.with("p", Reject::MaxConnections, |f| f.hit(Instant::now()))
+            log.with("p", Refusal::MaxConnections, |f| f.hit(Instant::now()))
                 .show
         );
     }

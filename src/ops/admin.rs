@@ -44,7 +44,8 @@ use tracing::{debug, info, warn};
 
 use crate::config::{AdminConfig, IpNet};
 use crate::ops::control::Control;
-use slots::{NoSlot, Slots};
+use crate::pool::admission::Refusal;
+use slots::Slots;
 
 /// Admin connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -227,7 +228,7 @@ async fn connection(
 async fn reserved(
     stream: TcpStream,
     peer: SocketAddr,
-    full: NoSlot,
+    full: Refusal,
     hosts: &host::Hosts,
     token: CancellationToken,
 ) {

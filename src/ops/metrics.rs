@@ -17,8 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::net::reject_fold::Reject;
 use crate::ops::control::Process;
+use crate::pool::admission::Refusal;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
@@ -272,7 +272,7 @@ pub fn render(pools: &[Arc<Pool>], process: &Process) -> Result<String, std::fmt
 /// Add one pool's refused clients (every reason, at 0 too) and ended
 /// connections to the families.
 fn add_ends(f: &Families, pool: &str, ends: &Ends) {
-    for reason in Reject::ALL {
+    for reason in Refusal::ALL {
         let labels = PoolReasonLabels {
             pool: pool.to_owned(),
             reason: reason.as_str(),
@@ -405,7 +405,7 @@ mod tests {
     #[test]
     fn refusals_ends_build_and_budget_are_reported() {
         let pool = pool();
-        pool.count_rejected(Reject::MaxConnections.as_str());
+        pool.count_rejected(Refusal::MaxConnections.as_str());
         pool.count_closed(None, CloseReason::NoBackend);
         let text = render(&[pool], &process()).expect("render");
         for line in [

@@ -9,13 +9,35 @@ use std::sync::atomic::Ordering;
 
 use crate::pool::registry::Pool;
 
-/// Why a client was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// The pool is at `max_connections`.
+/// Why a client was refused at once, unread: by a pool's listener (the
+/// `rejected` event's `reason`, `pin_proxy_rejected_total`) or by the admin
+/// endpoint's own connection bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// Outside the pool's `allow` CIDRs.
+    AllowList,
+    /// All the connections allowed are taken (`max_connections`).
     MaxConnections,
-    /// Its address is at `max_connections_per_source`.
+    /// Its address holds its share (`max_connections_per_source`).
     PerSource,
+}
+
+impl Refusal {
+    /// Every reason.
+    pub const ALL: [Refusal; 3] = [
+        Refusal::AllowList,
+        Refusal::MaxConnections,
+        Refusal::PerSource,
+    ];
+
+    /// The `reason` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::AllowList => "allow_list",
+            Refusal::MaxConnections => "max_connections",
+            Refusal::PerSource => "per_source",
+        }
+    }
 }
 
 /// A client's place in the pool's budgets; freed on drop.
@@ -53,10 +75,10 @@ impl Pool {
     ///
     /// # Errors
     /// Which limit it is at.
-    pub fn admit_from(self: &Arc<Self>, peer: IpAddr) -> Result<Admission, Refused> {
+    pub fn admit_from(self: &Arc<Self>, peer: IpAddr) -> Result<Admission, Refusal> {
         let per_source = self.config().max_connections_per_source;
         if !self.take_place() {
-            return Err(Refused::MaxConnections);
+            return Err(Refusal::MaxConnections);
         }
         let Some(limit) = per_source else {
             return Ok(Admission {
@@ -73,7 +95,7 @@ impl Pool {
             }
             drop(sources);
             self.clients.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refused::PerSource);
+            return Err(Refusal::PerSource);
         }
         *n += 1;
         Ok(Admission {
@@ -155,12 +177,12 @@ mod tests {
         let _b = pool.admit_from(ip("10.0.0.1")).unwrap();
         assert_eq!(
             pool.admit_from(ip("10.0.0.1")).unwrap_err(),
-            Refused::PerSource
+            Refusal::PerSource
         );
         // The mapped form is the same client.
         assert_eq!(
             pool.admit_from(ip("::ffff:10.0.0.1")).unwrap_err(),
-            Refused::PerSource
+            Refusal::PerSource
         );
         let _c = pool.admit_from(ip("10.0.0.2")).unwrap();
         assert_eq!(pool.clients(), 3, "a refusal takes no place");
@@ -175,7 +197,7 @@ mod tests {
         let _a = pool.admit_from(ip("2001:db8:1:2::1")).unwrap();
         assert_eq!(
             pool.admit_from(ip("2001:db8:1:2:ffff::9")).unwrap_err(),
-            Refused::PerSource
+            Refusal::PerSource
         );
         let _b = pool.admit_from(ip("2001:db8:1:3::1")).unwrap();
     }
@@ -188,7 +210,7 @@ mod tests {
             .collect();
         assert_eq!(
             pool.admit_from(ip("10.0.0.9")).unwrap_err(),
-            Refused::MaxConnections
+            Refusal::MaxConnections
         );
         assert_eq!(pool.clients_from(ip("10.0.0.1")), 0);
         drop(held);
@@ -201,7 +223,7 @@ mod tests {
         let _carried = pool.admit_carried(ip("10.0.0.1"));
         assert_eq!(
             pool.admit_from(ip("10.0.0.1")).unwrap_err(),
-            Refused::PerSource
+            Refusal::PerSource
         );
     }
 }

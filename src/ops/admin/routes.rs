@@ -16,11 +16,11 @@ use tracing::debug;
 use super::host;
 use super::origin;
 use super::page::Page;
-use super::slots::NoSlot;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
 use crate::ops::status::{BackendStatus, QuarantineStatus};
+use crate::pool::admission::Refusal;
 use crate::pool::health::MAX_MANUAL_WINDOW;
 
 /// Largest request body accepted (bodies are ignored, but must end).
@@ -187,7 +187,7 @@ pub enum AdminRequest {
 
 /// Why a request is refused before it runs.
 #[derive(Debug)]
-pub struct Refusal {
+pub struct RouteError {
     /// 400, 404 or 405.
     pub status: StatusCode,
     /// For the JSON `error` field.
@@ -200,9 +200,9 @@ pub struct Refusal {
 /// wrong method 405. Pure: no state is read or changed.
 ///
 /// # Errors
-/// The [`Refusal`] to send.
-pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, Refusal> {
-    let refuse = |Fail(status, message): Fail| Refusal {
+/// The [`RouteError`] to send.
+pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, RouteError> {
+    let refuse = |Fail(status, message): Fail| RouteError {
         status,
         message,
         allow: None,
@@ -212,7 +212,7 @@ pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, 
         .ok_or_else(|| refuse(Fail::new(StatusCode::NOT_FOUND, "no such admin route")))?;
     if !route.accepts(method) {
         let allow = route.allow();
-        return Err(Refusal {
+        return Err(RouteError {
             status: StatusCode::METHOD_NOT_ALLOWED,
             message: format!("method {method} not allowed; use {allow}"),
             allow: Some(allow),
@@ -283,7 +283,7 @@ pub fn reserved(
     peer: SocketAddr,
     local: SocketAddr,
     hosts: &host::Hosts,
-    full: NoSlot,
+    full: Refusal,
 ) -> Answer {
     if let Some(refused) = misdirected(req, local, hosts) {
         log(peer, req.method(), req.uri().path(), &refused);
@@ -293,11 +293,17 @@ pub fn reserved(
         Ok(AdminRequest::Healthz) => healthz(),
         _ => {
             let fail = match full {
-                NoSlot::Total => Fail::new(
+                Refusal::MaxConnections => Fail::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("admin endpoint busy: all {MAX_CONNECTIONS} connections in use"),
                 ),
-                NoSlot::PerSource => Fail::new(
+                // The endpoint's slots refuse by number only; its
+                // `admin.allow` is checked before a slot is asked for.
+                Refusal::AllowList => Fail::new(
+                    StatusCode::FORBIDDEN,
+                    "client address not in admin.allow".to_owned(),
+                ),
+                Refusal::PerSource => Fail::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     format!(
                         "too many admin connections from {} (at most {MAX_PER_SOURCE})",

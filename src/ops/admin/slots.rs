@@ -6,24 +6,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Which bound refused a connection a slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoSlot {
-    /// Every slot is taken.
-    Total,
-    /// The client's source address holds its share already.
-    PerSource,
-}
-
-impl NoSlot {
-    /// The `reason` field of the log event.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NoSlot::Total => "max_connections",
-            NoSlot::PerSource => "per_source",
-        }
-    }
-}
+use crate::pool::admission::Refusal;
 
 /// The slot counts. Lock rule: held only to count, never across `.await`.
 #[derive(Debug)]
@@ -57,15 +40,15 @@ impl Slots {
     }
 
     /// Take a slot for a client at `ip`, or say which bound is reached.
-    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, NoSlot> {
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refusal> {
         let source = source(ip);
         let mut held = self.lock();
         if held.total >= self.total {
-            return Err(NoSlot::Total);
+            return Err(Refusal::MaxConnections);
         }
         let mine = held.by_source.entry(source).or_insert(0);
         if *mine >= self.per_source {
-            return Err(NoSlot::PerSource);
+            return Err(Refusal::PerSource);
         }
         *mine += 1;
         held.total += 1;
@@ -120,14 +103,20 @@ mod tests {
         let slots = Slots::new(4, 2);
         let a1 = slots.take(ip("10.0.0.1")).unwrap();
         let _a2 = slots.take(ip("10.0.0.1")).unwrap();
-        assert_eq!(slots.take(ip("10.0.0.1")).unwrap_err(), NoSlot::PerSource);
+        assert_eq!(slots.take(ip("10.0.0.1")).unwrap_err(), Refusal::PerSource);
         let _b1 = slots.take(ip("10.0.0.2")).unwrap();
         let _c1 = slots.take(ip("10.0.0.3")).unwrap();
-        assert_eq!(slots.take(ip("10.0.0.4")).unwrap_err(), NoSlot::Total);
+        assert_eq!(
+            slots.take(ip("10.0.0.4")).unwrap_err(),
+            Refusal::MaxConnections
+        );
         // A closed connection gives its slot back, to anyone.
         drop(a1);
         let _d1 = slots.take(ip("10.0.0.4")).unwrap();
-        assert_eq!(slots.take(ip("10.0.0.1")).unwrap_err(), NoSlot::Total);
+        assert_eq!(
+            slots.take(ip("10.0.0.1")).unwrap_err(),
+            Refusal::MaxConnections
+        );
     }
 
     #[test]
@@ -136,13 +125,13 @@ mod tests {
         let _a = slots.take(ip("2001:db8::1")).unwrap();
         assert_eq!(
             slots.take(ip("2001:db8::ffff:1")).unwrap_err(),
-            NoSlot::PerSource
+            Refusal::PerSource
         );
         let _b = slots.take(ip("2001:db8:0:1::1")).unwrap();
         let _c = slots.take(ip("127.0.0.1")).unwrap();
         assert_eq!(
             slots.take(ip("::ffff:127.0.0.1")).unwrap_err(),
-            NoSlot::PerSource
+            Refusal::PerSource
         );
     }
 
