@@ -1,7 +1,8 @@
 //! The layer rule, checked by reading the imports: code in one layer's
 //! folder names only its own layer and those below it. Unit tests (after a
 //! file's `#[cfg(test)]` module, or in `*_tests.rs` files) may also use the
-//! simulator.
+//! simulator. Also checked here: the pool does no I/O, and README.md's
+//! code map names every file of `src/`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -16,6 +17,18 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         if path.is_dir() {
             rust_files(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every file under `dir` (any extension), in its subfolders too.
+fn all_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all_files(&path, out);
+        } else {
             out.push(path);
         }
     }
@@ -139,4 +152,94 @@ fn named_layers_reads_paths_and_groups() {
     let found = named_layers("use crate::pool::Pool; x(crate::net::connect); use crate::{a, b};");
     let want: BTreeSet<String> = ["pool", "net", "{"].iter().map(|s| s.to_string()).collect();
     assert_eq!(found, want);
+}
+
+/// The paths, relative to `src/`, that README.md's `## Code map` section
+/// names; the rule is [`readme_code_map_names_every_file`]'s.
+fn code_map_names(readme: &str) -> BTreeSet<String> {
+    let section = match readme.split_once("\n## Code map\n") {
+        Some((_, rest)) => rest.split("\n## ").next().unwrap_or(""),
+        None => "",
+    };
+    let mut named = BTreeSet::new();
+    for block in section.split("\n\n") {
+        let block = block.trim_start_matches('\n');
+        // Between backticks: the odd pieces of a split on them.
+        let mut spans = block.split('`').skip(1).step_by(2);
+        let folder = match spans.next() {
+            Some(first) if block.starts_with('`') && first.ends_with('/') => first,
+            _ => continue,
+        };
+        let Some(folder) = folder.strip_prefix("src/") else {
+            continue;
+        };
+        for span in spans {
+            named.insert(format!("{folder}{span}"));
+        }
+    }
+    named
+}
+
+/// Every file of `src/` (any kind, `page.html` too) is named in README.md's
+/// `## Code map` section: the text from that heading to the next `## `.
+///
+/// How a name is matched: the section is cut into blocks at blank lines. A
+/// block whose first line starts with a folder in backticks, `` `src/pool/` ``
+/// (`` `src/` `` for the files at the top), is that folder's; every other
+/// text between backticks in it names the file at the folder's path plus
+/// that text, exactly as written: `` `drain/schedule.rs` `` in the block of
+/// `` `src/pool/` `` names `pool/drain/schedule.rs`. So a folder's block is
+/// a paragraph, or a paragraph and a bullet list with no blank line between,
+/// and `` `x_tests.rs` `` can go on the line of `` `x.rs` ``. Backticked
+/// text anywhere else in the section (the paragraphs that follow a
+/// connection, a probe or an upgrade through the code) names nothing.
+#[test]
+fn readme_code_map_names_every_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains("\n## Code map\n"),
+        "README.md has no `## Code map` section"
+    );
+    let named = code_map_names(&readme);
+    let src = root.join("src");
+    let mut files = Vec::new();
+    all_files(&src, &mut files);
+    let mut missing: Vec<String> = files
+        .iter()
+        .map(|file| {
+            file.strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|path| !named.contains(path))
+        .collect();
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "files of src/ that README.md's Code map does not name in their folder's block \
+         (a paragraph starting with `src/<folder>/`):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn code_map_names_reads_folder_blocks_only() {
+    let readme = "## Before\n\n`src/a/`: not the map\n\n## Code map\n\n\
+                  Under `src/`: `main.rs`.\n\n\
+                  `src/pool/`: state.\n- `select.rs` (+ `select_tests.rs`): choice.\n\
+                  - `drain/schedule.rs`: when.\n\n\
+                  One client: `net/session.rs` runs.\n\n\
+                  `src/`:\n- `lib.rs`: the crate.\n\n## After\n\n`src/`:\n- `main.rs`\n";
+    let want: BTreeSet<String> = [
+        "pool/select.rs",
+        "pool/select_tests.rs",
+        "pool/drain/schedule.rs",
+        "lib.rs",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(code_map_names(readme), want);
 }
