@@ -147,6 +147,73 @@ fn io_names_are_found() {
     );
 }
 
+/// The types `code` declares visible beyond their file (`pub`, in any
+/// scope): `pub struct Name`, `pub(crate) enum Name`, ...
+fn shared_types(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in code.lines() {
+        let line = line.trim_start();
+        let Some(rest) = line.strip_prefix("pub") else {
+            continue;
+        };
+        let rest = match rest.strip_prefix('(') {
+            Some(scoped) => scoped.split_once(')').map_or("", |(_, r)| r),
+            None => rest,
+        };
+        let mut words = rest.split_whitespace();
+        if let (Some("struct" | "enum" | "type" | "trait"), Some(name)) =
+            (words.next(), words.next())
+        {
+            let name: String = name
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// One name per idea: no two types seen beyond their files share a name
+/// (a type private to its file may).
+#[test]
+fn no_two_shared_types_have_one_name() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for file in files {
+        if file.to_string_lossy().ends_with("_tests.rs") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        for name in shared_types(code) {
+            seen.entry(name)
+                .or_default()
+                .push(file.display().to_string());
+        }
+    }
+    let twice: Vec<String> = seen
+        .into_iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "types sharing a name:\n{}",
+        twice.join("\n")
+    );
+}
+
+#[test]
+fn shared_types_are_read_with_their_scope() {
+    let code = "pub struct A;\npub(super) enum B {\nstruct C;\n    pub(in crate::pool) type D = u8;\npub fn e() {}";
+    assert_eq!(shared_types(code), ["A", "B", "D"]);
+}
+
 #[test]
 fn named_layers_reads_paths_and_groups() {
     let found = named_layers("use crate::pool::Pool; x(crate::net::connect); use crate::{a, b};");

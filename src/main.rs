@@ -150,10 +150,10 @@ impl AdminArg {
     /// The endpoint to call. A config named with `-c` (or the environment)
     /// must be usable: falling back to the default would reach another
     /// instance.
-    fn resolve(self, top: Option<PathBuf>) -> anyhow::Result<admin_cli::Target> {
+    fn resolve(self, top: Option<PathBuf>) -> anyhow::Result<admin_cli::Instance> {
         let named = self.config.config.is_some() || top.is_some();
         let path = self.config.or(top);
-        admin_cli::Target::resolve(self.admin, &path, named)
+        admin_cli::Instance::resolve(self.admin, &path, named)
     }
 }
 
@@ -383,7 +383,7 @@ enum Call {
 }
 
 impl Call {
-    async fn send(self, admin: &admin_cli::Target) -> anyhow::Result<String> {
+    async fn send(self, admin: &admin_cli::Instance) -> anyhow::Result<String> {
         match self {
             Call::Status { json, watch: true } => {
                 use std::io::IsTerminal;

@@ -3,11 +3,11 @@
 //! one-line confirmations, a table, or one-line errors. Which endpoint, and
 //! why, is `admin_cli/target.rs`; `status --watch` is `admin_cli/watch.rs`.
 
+mod instance;
 mod table;
-mod target;
 mod watch;
 
-pub use target::{DEFAULT_ADMIN, Target};
+pub use instance::{DEFAULT_ADMIN, Instance};
 pub use watch::watch;
 
 use std::io;
@@ -43,7 +43,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 ///
 /// # Errors
 /// When the instance is unreachable or answers with an error.
-pub async fn status(admin: &Target, json: bool) -> anyhow::Result<String> {
+pub async fn status(admin: &Instance, json: bool) -> anyhow::Result<String> {
     let body = call(admin, Method::GET, "/status").await?;
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return Err(not_admin(
@@ -64,7 +64,7 @@ pub async fn status(admin: &Target, json: bool) -> anyhow::Result<String> {
 /// # Errors
 /// When the instance is unreachable or answers with an error.
 pub async fn quarantine(
-    admin: &Target,
+    admin: &Instance,
     pool: &str,
     backend: &str,
     window: Duration,
@@ -120,7 +120,7 @@ fn connections(n: usize) -> String {
 ///
 /// # Errors
 /// When the instance is unreachable or answers with an error.
-pub async fn release(admin: &Target, pool: &str, backend: &str) -> anyhow::Result<String> {
+pub async fn release(admin: &Instance, pool: &str, backend: &str) -> anyhow::Result<String> {
     let path = format!("{}/release", backend_path(pool, backend));
     let answer: BackendAnswer = decode(&call(admin, Method::POST, &path).await?)?;
     let state = &answer.backend.state;
@@ -138,7 +138,7 @@ pub async fn release(admin: &Target, pool: &str, backend: &str) -> anyhow::Resul
 /// # Errors
 /// When the instance is unreachable or refused the new config (the error
 /// says why; the old config keeps running).
-pub async fn reload(admin: &Target) -> anyhow::Result<String> {
+pub async fn reload(admin: &Instance) -> anyhow::Result<String> {
     let body = call(admin, Method::POST, "/reload").await?;
     let changes: Reloaded = decode(&body)?;
     Ok(format!("reloaded: {}\n", changes.summary()))
@@ -149,7 +149,7 @@ pub async fn reload(admin: &Target) -> anyhow::Result<String> {
 ///
 /// # Errors
 /// When the instance is unreachable or the upgrade failed.
-pub async fn upgrade(admin: &Target) -> anyhow::Result<String> {
+pub async fn upgrade(admin: &Instance) -> anyhow::Result<String> {
     let body = call_within(admin, Method::POST, "/upgrade", UPGRADE_REQUEST_TIMEOUT).await?;
     let done: Upgraded = decode(&body)?;
     Ok(format!(
@@ -192,13 +192,13 @@ pub fn authority(admin: &str) -> anyhow::Result<&str> {
 }
 
 /// One request; the answer's body when it is a success.
-async fn call(admin: &Target, method: Method, path: &str) -> anyhow::Result<Bytes> {
+async fn call(admin: &Instance, method: Method, path: &str) -> anyhow::Result<Bytes> {
     call_within(admin, method, path, REQUEST_TIMEOUT).await
 }
 
 /// [`call`] with its own budget for the exchange.
 async fn call_within(
-    admin: &Target,
+    admin: &Instance,
     method: Method,
     path: &str,
     budget: Duration,
@@ -248,7 +248,7 @@ async fn call_within(
 
 /// The error for an address that answers, but not as pin-proxy's admin
 /// endpoint does (a pool's listen port passes the request to a node).
-fn not_admin(admin: &Target, what: &str) -> anyhow::Error {
+fn not_admin(admin: &Instance, what: &str) -> anyhow::Error {
     anyhow!(
         "{}{} {what}: that is not pin-proxy's admin endpoint (a pool's listen port?){}",
         admin.addr(),

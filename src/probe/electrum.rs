@@ -26,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
+use super::Failure;
 use super::chain::Proving;
 use super::electrum_headers;
 use super::p2p;
@@ -110,22 +111,13 @@ pub async fn probe(
 }
 
 /// What a server said its tip is.
-pub(super) struct Tip {
+pub(super) struct Announced {
     software: String,
     protocol: String,
     /// The height it claims.
     pub(super) height: u64,
     /// The header it says is at that height.
     pub(super) header: Header,
-}
-
-/// Why a probe failed after the connect.
-#[derive(Debug)]
-pub(super) enum Failure {
-    /// The server closed or reset the connection before answering.
-    Closed(String),
-    /// It answered something we do not understand, an error, or nothing in time.
-    Garbled(String),
 }
 
 /// A TLS handshake that ended with the server hanging up refuses us as
@@ -152,7 +144,7 @@ struct Ask<'a> {
 impl Ask<'_> {
     /// Ask for the version and the tip on `stream`, check the tip, prove
     /// it if wanted, then close the stream.
-    async fn run<S>(&self, stream: S) -> Result<(Tip, Proof), Failure>
+    async fn run<S>(&self, stream: S) -> Result<(Announced, Proof), Failure>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -174,7 +166,11 @@ impl Ask<'_> {
     }
 
     /// The tip's own work under the network's rules, then the proof.
-    async fn judge<S>(&self, session: &mut Session<S>, tip: Tip) -> Result<(Tip, Proof), Failure>
+    async fn judge<S>(
+        &self,
+        session: &mut Session<S>,
+        tip: Announced,
+    ) -> Result<(Announced, Proof), Failure>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -231,7 +227,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    async fn tip(&mut self) -> Result<Tip, Failure> {
+    async fn tip(&mut self) -> Result<Announced, Failure> {
         let version = self
             .call("server.version", json!([CLIENT, PROTOCOLS]))
             .await?;
@@ -245,7 +241,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let height = tip.get("height").and_then(Value::as_u64);
         let header = tip.get("hex").and_then(Value::as_str).and_then(header);
         match (height, header) {
-            (Some(height), Some(header)) => Ok(Tip {
+            (Some(height), Some(header)) => Ok(Announced {
                 software,
                 protocol,
                 height,

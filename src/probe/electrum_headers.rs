@@ -18,8 +18,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tracing::debug;
 
+use super::Failure;
 use super::chain::Chain;
-use super::electrum::{Failure, MAX_LINE, Session, Tip, header};
+use super::electrum::{Announced, MAX_LINE, Session, header};
 use super::headers::check;
 use super::pow::{HEADER_LEN, Header, Tip as Known};
 use crate::pool::report::Proof;
@@ -46,7 +47,7 @@ pub(super) async fn prove<S>(
     session: &mut Session<S>,
     chain: &Chain,
     server: &str,
-    tip: &Tip,
+    tip: &Announced,
     wanted: bool,
     deadline: Instant,
 ) -> Proof
@@ -111,7 +112,7 @@ fn anchors(chain: &Chain, claim: u64) -> Vec<Known> {
     out
 }
 
-async fn run<S>(session: &mut Session<S>, chain: &Chain, server: &str, tip: &Tip) -> Proof
+async fn run<S>(session: &mut Session<S>, chain: &Chain, server: &str, tip: &Announced) -> Proof
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

@@ -16,3 +16,13 @@ pub mod pow;
 pub mod prober;
 pub mod tls;
 pub mod wire;
+
+/// Why a probe failed after its connect: what the node or server did.
+#[derive(Debug)]
+pub enum Failure {
+    /// It closed or reset the connection before answering: it refuses us.
+    Closed(String),
+    /// It answered something we do not understand, an error, or nothing
+    /// in time.
+    Garbled(String),
+}

@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
+use super::Failure;
 use super::chain::Proving;
 use super::headers;
 use super::wire::{self, Decoder, Magic, Message, Version, VersionParams};
@@ -102,15 +103,6 @@ pub(super) async fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, 
         }
     }
     Err(last)
-}
-
-/// Why a handshake failed.
-#[derive(Debug)]
-enum Failure {
-    /// The node closed or reset the connection: it refuses us.
-    Closed(String),
-    /// It sent something we do not understand.
-    Garbled(String),
 }
 
 /// A framed P2P connection within a read budget.

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::MissedTickBehavior;
 
-use super::{Target, status};
+use super::{Instance, status};
 use crate::ops::status::rfc3339;
 
 /// Time between the starts of two fetches.
@@ -24,7 +24,7 @@ const CLEAR: &str = "\x1b[H\x1b[2J";
 /// When the signal handler cannot be set up, or writing to `out` fails
 /// other than by its reader going away (which ends the watch).
 pub async fn watch(
-    admin: &Target,
+    admin: &Instance,
     json: bool,
     out: &mut impl Write,
     terminal: bool,
@@ -52,7 +52,7 @@ pub async fn watch(
 }
 
 /// One frame: a line with the time, then `body`.
-fn frame(admin: &Target, body: &str, now: SystemTime, terminal: bool) -> String {
+fn frame(admin: &Instance, body: &str, now: SystemTime, terminal: bool) -> String {
     let head = format!(
         "every {}s: {}{}  {}  (Ctrl-C ends)\n\n",
         EVERY.as_secs(),
@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn a_terminal_frame_clears_the_screen_a_piped_one_ends_with_a_blank_line() {
         let now = humantime::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
-        let admin = Target::given("127.0.0.1:9900");
+        let admin = Instance::given("127.0.0.1:9900");
         let tty = frame(&admin, "table\n", now, true);
         assert!(
             tty.starts_with("\x1b[H\x1b[2Jevery 1s: 127.0.0.1:9900  2026-01-01T00:00:00Z"),

@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 
 use crate::runtime::handover::protocol::{self, ConnMeta, Count, FORMAT, Handover, tag};
-use crate::runtime::handover::wire::{Channel, Message};
+use crate::runtime::handover::wire::{Channel, Packet};
 
 /// The channel to the running process.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ impl NewSide {
             .chan
             .send(tag::ACCEPT, &protocol::accept(FORMAT), &[])
             .await?;
-        let Message { body, fds, .. } = new_side.expect(tag::HANDOVER).await?;
+        let Packet { body, fds, .. } = new_side.expect(tag::HANDOVER).await?;
         let handover = serde_json::from_slice(&body).map_err(|e| invalid(e.to_string()))?;
         Ok((new_side, handover, fds))
     }
@@ -115,7 +115,7 @@ impl NewSide {
         self.chan.send(tag::ADOPTED, &body, &[]).await
     }
 
-    async fn expect(&self, want: u8) -> io::Result<Message> {
+    async fn expect(&self, want: u8) -> io::Result<Packet> {
         let m = self.chan.recv().await?;
         if m.tag == want {
             Ok(m)

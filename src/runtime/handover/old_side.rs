@@ -20,7 +20,7 @@ use crate::runtime::handover::ENV;
 use crate::runtime::handover::protocol::{
     self, CONNS_PER_MESSAGE, ConnMeta, Count, FORMAT, Handover, tag,
 };
-use crate::runtime::handover::wire::{Channel, Message, Rendezvous};
+use crate::runtime::handover::wire::{Channel, Packet, Rendezvous};
 
 /// Starts of a binary that is busy being written before giving up, and
 /// the pause between them.
@@ -194,7 +194,7 @@ impl OldSide {
 
     /// The next message, which must be `want`: a refusal, an exit, the
     /// channel closing or the deadline fail the upgrade.
-    async fn expect(&mut self, want: u8, what: &'static str) -> Result<Message, UpgradeError> {
+    async fn expect(&mut self, want: u8, what: &'static str) -> Result<Packet, UpgradeError> {
         let received = tokio::select! {
             r = self.chan.recv() => r,
             status = self.child.wait() => return Err(exited(status)),

@@ -27,7 +27,7 @@ pub const FORMAT: u32 = 1;
 /// The start of every offer.
 pub const MAGIC: &[u8] = b"pin-proxy handover";
 
-/// Message tags.
+/// Packet tags.
 pub mod tag {
     /// Old → new: magic + format (u32, little-endian).
     pub const OFFER: u8 = b'O';

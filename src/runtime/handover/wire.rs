@@ -33,7 +33,7 @@ pub const MAX_MESSAGE: usize = 256 << 20;
 
 /// One received message.
 #[derive(Debug)]
-pub struct Message {
+pub struct Packet {
     /// What it is.
     pub tag: u8,
     /// Its body, reassembled.
@@ -166,16 +166,16 @@ impl Channel {
     /// # Errors
     /// `UnexpectedEof` when the peer has gone; `InvalidData` for a
     /// truncated or mistagged datagram; the socket's errors.
-    pub async fn recv(&self) -> io::Result<Message> {
+    pub async fn recv(&self) -> io::Result<Packet> {
         self.recv_within(MAX_MESSAGE).await
     }
 
     /// [`Channel::recv`] with a message body of at most `max` bytes.
-    async fn recv_within(&self, max: usize) -> io::Result<Message> {
+    async fn recv_within(&self, max: usize) -> io::Result<Packet> {
         let mut buf = vec![0u8; DATAGRAM];
         let mut space =
             vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
-        let mut message: Option<Message> = None;
+        let mut message: Option<Packet> = None;
         loop {
             let mut fds = Vec::new();
             let n = self
@@ -206,7 +206,7 @@ impl Channel {
                 return Err(invalid("short handover datagram"));
             }
             let (tag, more) = (buf[0], buf[1] != 0);
-            let m = message.get_or_insert_with(|| Message {
+            let m = message.get_or_insert_with(|| Packet {
                 tag,
                 body: Vec::new(),
                 fds: Vec::new(),

@@ -11,12 +11,12 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
 
 /// An admin endpoint to call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct Instance {
     addr: String,
     source: Source,
 }
 
-/// Where a [`Target`]'s address came from.
+/// Where a [`Instance`]'s address came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Source {
     /// `--admin`.
@@ -27,7 +27,7 @@ enum Source {
     Default(String),
 }
 
-impl Target {
+impl Instance {
     /// `--admin ADDR` when given, else the `admin.listen` of the config at
     /// `config`, else [`DEFAULT_ADMIN`] (remembering why). When the config
     /// was `named` (`-c` or the environment), it must be usable and have an
@@ -36,9 +36,9 @@ impl Target {
     ///
     /// # Errors
     /// A `named` config that is missing, invalid or has no `admin.listen`.
-    pub fn resolve(flag: Option<String>, config: &Path, named: bool) -> anyhow::Result<Target> {
+    pub fn resolve(flag: Option<String>, config: &Path, named: bool) -> anyhow::Result<Instance> {
         if let Some(addr) = flag {
-            return Ok(Target {
+            return Ok(Instance {
                 addr,
                 source: Source::Flag,
             });
@@ -51,7 +51,7 @@ impl Target {
                 Ok(Config {
                     admin: Some(admin), ..
                 }) => {
-                    return Ok(Target {
+                    return Ok(Instance {
                         addr: admin.listen.to_string(),
                         source: Source::Config(config.to_owned()),
                     });
@@ -69,15 +69,15 @@ impl Target {
         if named {
             anyhow::bail!("{why}; pass --admin ADDR, or -c the running instance's config");
         }
-        Ok(Target {
+        Ok(Instance {
             addr: DEFAULT_ADMIN.to_owned(),
             source: Source::Default(why),
         })
     }
 
     /// An address given on the command line.
-    pub fn given(addr: impl Into<String>) -> Target {
-        Target {
+    pub fn given(addr: impl Into<String>) -> Instance {
+        Instance {
             addr: addr.into(),
             source: Source::Flag,
         }
@@ -119,13 +119,13 @@ mod tests {
     fn the_flag_wins_then_the_config_then_the_default_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
+        let flagged = Instance::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
         assert_eq!(
             (flagged.addr(), flagged.note()),
             ("127.0.0.1:1", String::new())
         );
 
-        let missing = Target::resolve(None, &path, false).unwrap();
+        let missing = Instance::resolve(None, &path, false).unwrap();
         assert_eq!(missing.addr(), DEFAULT_ADMIN);
         let note = missing.note();
         assert!(
@@ -135,7 +135,7 @@ mod tests {
         assert!(note.contains("--admin ADDR"), "{note}");
 
         std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
-        let invalid = Target::resolve(None, &path, false).unwrap();
+        let invalid = Instance::resolve(None, &path, false).unwrap();
         assert_eq!(invalid.addr(), DEFAULT_ADMIN);
         assert!(
             invalid.note().contains("the config could not be used ("),
@@ -147,7 +147,7 @@ mod tests {
         let pool =
             "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
         std::fs::write(&path, pool).unwrap();
-        let bare = Target::resolve(None, &path, false).unwrap();
+        let bare = Instance::resolve(None, &path, false).unwrap();
         assert!(
             bare.note().contains("has no admin.listen"),
             "{}",
@@ -159,7 +159,7 @@ mod tests {
             format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}"),
         )
         .unwrap();
-        let configured = Target::resolve(None, &path, false).unwrap();
+        let configured = Instance::resolve(None, &path, false).unwrap();
         assert_eq!(configured.addr(), "127.0.0.1:9911");
         assert_eq!(configured.note(), "");
         assert!(
@@ -173,7 +173,7 @@ mod tests {
     fn a_named_config_that_cannot_be_used_is_an_error_not_the_default() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        let error = |path: &Path| match Target::resolve(None, path, true) {
+        let error = |path: &Path| match Instance::resolve(None, path, true) {
             Ok(t) => panic!("resolved to {}", t.addr()),
             Err(e) => format!("{e:#}"),
         };
@@ -194,7 +194,7 @@ mod tests {
             error(&path)
         );
         // --admin needs no config at all.
-        let flagged = Target::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
+        let flagged = Instance::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
         assert_eq!(flagged.addr(), "127.0.0.1:1");
     }
 }
