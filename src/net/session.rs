@@ -122,7 +122,7 @@ pub fn resume(
         started: wall,
         closer: closer.clone(),
     };
-    let admission = (pool.admit_carried(peer.ip()), slot);
+    let admission = (pool.admit_handed(peer.ip()), slot);
     let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
         pool.count_closed(None, CloseReason::BackendRemoved);
         info!(

@@ -104,9 +104,9 @@ impl Pool {
         })
     }
 
-    /// Admit a client carried over from another process: it was admitted
+    /// Admit a client handed over by another process: it was admitted
     /// there, so it counts here even above the limits (its source too).
-    pub fn admit_carried(self: &Arc<Self>, peer: IpAddr) -> Admission {
+    pub fn admit_handed(self: &Arc<Self>, peer: IpAddr) -> Admission {
         self.clients.fetch_add(1, Ordering::AcqRel);
         let source = self.config().max_connections_per_source.map(|_| {
             let key = source_of(peer);
@@ -220,7 +220,7 @@ mod tests {
     #[test]
     fn handed_over_clients_count_toward_their_source() {
         let pool = pool("    max_connections_per_source: 1\n");
-        let _carried = pool.admit_carried(ip("10.0.0.1"));
+        let _handed = pool.admit_handed(ip("10.0.0.1"));
         assert_eq!(
             pool.admit_from(ip("10.0.0.1")).unwrap_err(),
             Refusal::PerSource

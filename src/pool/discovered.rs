@@ -80,7 +80,7 @@ pub struct HandedSource {
     pub lookups: (u64, u64),
 }
 
-/// One carried member.
+/// One member handed over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandedMember {
     /// What the lookup found.
@@ -268,17 +268,17 @@ impl Pool {
             .collect()
     }
 
-    /// Take the members an upgrade carried for the entries this config
+    /// Take the members an upgrade handed over for the entries this config
     /// still has (same name, same lookup); returns how many. Run before
     /// the health records are put back, which find them by name.
-    pub fn take_carried_sources(&self, carried: &[HandedSource]) -> usize {
+    pub fn take_handed_sources(&self, handed: &[HandedSource]) -> usize {
         let config = self.config();
         let now = Instant::now();
         let mut m = self.backends();
         let mut taken = 0;
         for source in &mut m.sources {
             let q = source.config.query.to_string();
-            let Some(c) = carried
+            let Some(c) = handed
                 .iter()
                 .find(|c| c.name == source.config.name && c.query == q)
             else {

@@ -67,10 +67,10 @@ impl Pool {
     /// Take the health records and counters handed over from the old process
     /// onto the backends that are still configured (same name and
     /// address); returns how many matched. Run once, before any traffic.
-    pub fn take_carried(&self, handed: &HandedPool) -> usize {
+    pub fn take_handed(&self, handed: &HandedPool) -> usize {
         // Discovered members first: their health records find them by name.
-        self.take_carried_sources(&handed.discovered);
-        self.restore_carried_health(&handed.health, SystemTime::now());
+        self.take_handed_sources(&handed.discovered);
+        self.restore_handed_health(&handed.health, SystemTime::now());
         self.rebalance_moves
             .fetch_add(handed.rebalance_moves, Ordering::Relaxed);
         let backends = self.backends();

@@ -188,7 +188,7 @@ impl Pool {
     /// As [`Pool::restore_health`] for the records a live upgrade carries
     /// over from the moment before: a window that has just ended is kept,
     /// so a backend waiting for its `rise` probes still waits for them.
-    pub fn restore_carried_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
+    pub fn restore_handed_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
         self.put_back(saved, wall_now, true)
     }
 
