@@ -109,7 +109,7 @@ impl Pool {
     pub fn record_connect(&self, backend: BackendId, started: Instant, ok: bool) {
         if ok {
             let mut backends = self.backends();
-            if let Some(b) = Pool::find(&mut backends, backend) {
+            if let Some(b) = Pool::find(&mut backends.active, backend) {
                 b.stats.connections_total.fetch_add(1, Ordering::Relaxed);
                 let before = kept(&b.health);
                 b.health.connect_succeeded();
@@ -158,7 +158,7 @@ impl Pool {
         let count = m
             .refused
             .record(source, backend, Instant::now(), q.base, q.refused_clients);
-        if let Some(b) = m.iter().find(|b| b.id == backend)
+        if let Some(b) = m.active.iter().find(|b| b.id == backend)
             && count.is_power_of_two()
         {
             info!(
@@ -172,7 +172,7 @@ impl Pool {
     /// once counted so far were not the backend refusing clients.
     pub fn record_served(&self, backend: BackendId) {
         let mut backends = self.backends();
-        if let Some(b) = Pool::find(&mut backends, backend) {
+        if let Some(b) = Pool::find(&mut backends.active, backend) {
             b.health.served();
             b.stats.closing_at_once.store(false, Ordering::Relaxed);
         }
@@ -202,7 +202,7 @@ impl Pool {
     ) {
         let config = self.config();
         let mut backends = self.backends();
-        let Some(b) = Pool::find(&mut backends, backend) else {
+        let Some(b) = Pool::find(&mut backends.active, backend) else {
             return;
         };
         b.stats
@@ -220,14 +220,14 @@ impl Pool {
     /// [`Pool::apply_probe`] so a result that raced a manual change is dropped.
     pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {
         let mut backends = self.backends();
-        Pool::find(&mut backends, backend).map(|b| b.health.epoch)
+        Pool::find(&mut backends.active, backend).map(|b| b.health.epoch)
     }
 
     /// True when `backend`'s quarantine window ended (or was released) after
     /// `since` and is over at `now`: the probes that bring it back are due.
     pub fn window_ended_since(&self, backend: BackendId, since: Instant, now: Instant) -> bool {
         let mut backends = self.backends();
-        Pool::find(&mut backends, backend)
+        Pool::find(&mut backends.active, backend)
             .and_then(|b| b.health.quarantine)
             .is_some_and(|q| since < q.until && q.until <= now)
     }
@@ -237,7 +237,7 @@ impl Pool {
     pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {
         let rule = rule(&self.config());
         let backends = self.backends();
-        lag::needs_proof(height, &claims(&backends, backend), rule)
+        lag::needs_proof(height, &claims(&backends.active, backend), rule)
     }
 
     /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
@@ -246,14 +246,20 @@ impl Pool {
         let mut backends = self.backends();
         // Only a height is weighed against the others' (a walk over them all).
         let others = match report.height {
-            Some(_) => claims(&backends, backend),
+            Some(_) => claims(&backends.active, backend),
             None => Vec::new(),
         };
         let stall = config.health.stall_timeout.and_then(|timeout| {
-            stall::sample(&mut backends, now);
-            stall::stalled(&backends, backend, now, timeout, config.health.stall_rule)
+            stall::sample(&mut backends.active, now);
+            stall::stalled(
+                &backends.active,
+                backend,
+                now,
+                timeout,
+                config.health.stall_rule,
+            )
         });
-        let Some(b) = Pool::find(&mut backends, backend) else {
+        let Some(b) = Pool::find(&mut backends.active, backend) else {
             return;
         };
         if b.health.epoch != epoch {
@@ -344,7 +350,7 @@ impl Pool {
     pub fn quarantine(&self, name: &str, window: Duration) -> Result<usize, UnknownBackend> {
         let config = self.config();
         let mut backends = self.backends();
-        let b = self.by_name(&mut backends, name)?;
+        let b = self.by_name(&mut backends.active, name)?;
         let before = kept(&b.health);
         b.health.quarantine_manual(window, Instant::now());
         self.note(before, &b.health);
@@ -373,7 +379,7 @@ impl Pool {
     /// When the pool has no such backend.
     pub fn release(&self, name: &str) -> Result<bool, UnknownBackend> {
         let mut backends = self.backends();
-        let b = self.by_name(&mut backends, name)?;
+        let b = self.by_name(&mut backends.active, name)?;
         let before = kept(&b.health);
         let ended = b.health.release(Instant::now());
         self.note(before, &b.health);

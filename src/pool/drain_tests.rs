@@ -99,7 +99,7 @@ impl Bench {
 
     fn id(&self, name: &str) -> BackendId {
         let m = self.pool.backends();
-        m.iter().find(|b| b.config.name == name).unwrap().id
+        m.active.iter().find(|b| b.config.name == name).unwrap().id
     }
 
     fn ids_on(&self, backend: BackendId) -> Vec<ConnId> {
@@ -158,7 +158,7 @@ impl Bench {
 
     fn usable(&self, name: &str) -> bool {
         let m = self.pool.backends();
-        let b = m.iter().find(|b| b.config.name == name).unwrap();
+        let b = m.active.iter().find(|b| b.config.name == name).unwrap();
         b.health.is_usable()
     }
 
@@ -194,7 +194,10 @@ async fn fifty_connections_close_over_the_spread_oldest_first() {
             .iter()
             .all(|id| !bench.closed_ids().contains(id))
     );
-    assert!(bench.pool.backends()[0].drain.is_none(), "the drain ended");
+    assert!(
+        bench.pool.backends().active[0].drain.is_none(),
+        "the drain ended"
+    );
     assert_eq!(bench.pool.drain_step(Instant::now()), None);
 }
 
@@ -245,7 +248,7 @@ async fn a_backend_back_in_service_within_the_window_keeps_the_rest() {
     bench.run_until(ms(20_000)).await;
     assert_eq!(bench.closes.len(), 11, "closed after it was back");
     assert_eq!(bench.closed_ids(), bench.ids_on(a)[..11]);
-    assert!(bench.pool.backends()[0].drain.is_none());
+    assert!(bench.pool.backends().active[0].drain.is_none());
 }
 
 #[tokio::test(start_paused = true)]

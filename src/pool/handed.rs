@@ -77,6 +77,7 @@ impl Pool {
         let mut matched = 0;
         for c in &handed.backends {
             let Some(b) = backends
+                .active
                 .iter()
                 .find(|b| b.config.name == c.name && b.config.addr == c.addr)
             else {

@@ -1,16 +1,15 @@
 //! What the pool lock guards: the configured backends, and the ones a
 //! reload removed that are still being drained.
 
-use std::ops::{Deref, DerefMut};
-
 use crate::pool::discovered::Source;
 use crate::pool::refused::Refusals;
 use crate::pool::registry::{Backend, BackendId};
 use crate::pool::saved::SavedBackend;
 
 /// Everything the pool lock guards: the configured backends and the
-/// removed ones still being drained. Derefs to the configured ones, which
-/// every rule but drains and unregistering looks at.
+/// removed ones still being drained. No deref: a rule names the set it
+/// walks (`active`, or `active` and `leaving`), so none skips the leaving
+/// ones by accident.
 #[derive(Debug, Default)]
 pub(in crate::pool) struct Members {
     /// Configured, in config order.
@@ -25,20 +24,6 @@ pub(in crate::pool) struct Members {
     pub(in crate::pool) unclaimed: Vec<SavedBackend>,
     /// Client addresses its backends refused lately, steered elsewhere.
     pub(in crate::pool) refused: Refusals,
-}
-
-impl Deref for Members {
-    type Target = Vec<Backend>;
-
-    fn deref(&self) -> &Vec<Backend> {
-        &self.active
-    }
-}
-
-impl DerefMut for Members {
-    fn deref_mut(&mut self) -> &mut Vec<Backend> {
-        &mut self.active
-    }
 }
 
 impl Members {

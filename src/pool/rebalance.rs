@@ -70,6 +70,7 @@ impl Pool {
         let min_imbalance = self.config().rebalance.min_imbalance;
         let backends = self.backends();
         let loads: Vec<Load> = backends
+            .active
             .iter()
             .map(|b| Load {
                 usable: b.health.is_usable(),
@@ -81,9 +82,9 @@ impl Pool {
             .collect();
         let (from, to) = plan(&loads, min_imbalance)?;
         Some(Move {
-            from: backends[from].id,
-            to: backends[to].id,
-            to_addr: backends[to].config.addr.clone(),
+            from: backends.active[from].id,
+            to: backends.active[to].id,
+            to_addr: backends.active[to].config.addr.clone(),
         })
     }
 
@@ -93,8 +94,8 @@ impl Pool {
     pub fn rebalance_move(&self, m: &Move) {
         let backends = self.backends();
         let (Some(src), Some(dst)) = (
-            backends.iter().find(|b| b.id == m.from),
-            backends.iter().find(|b| b.id == m.to),
+            backends.active.iter().find(|b| b.id == m.from),
+            backends.active.iter().find(|b| b.id == m.to),
         ) else {
             return;
         };

@@ -411,6 +411,7 @@ impl Pool {
     ) -> Option<(Lease, Target)> {
         let mut backends = self.backends();
         let b = backends
+            .active
             .iter_mut()
             .find(|b| b.config.name == name && b.config.addr == addr)?;
         entry.closer.set_spliced();
@@ -495,6 +496,7 @@ impl Pool {
             .refused
             .of(source_of(entry.client.ip()), Instant::now());
         let cands: Vec<Candidate> = backends
+            .active
             .iter()
             .map(|b| Candidate {
                 usable: b.health.is_usable(),
@@ -506,7 +508,7 @@ impl Pool {
             })
             .collect();
         drop(refused);
-        let chosen = &mut backends[select::pick(&cands)?];
+        let chosen = &mut backends.active[select::pick(&cands)?];
         Some(self.register(chosen, conn, entry))
     }
 
@@ -514,6 +516,7 @@ impl Pool {
     /// subscribes to.
     pub fn probe_targets(&self) -> Vec<(BackendId, Arc<BackendConfig>)> {
         self.backends()
+            .active
             .iter()
             .map(|b| (b.id, b.config.clone()))
             .collect()
@@ -624,7 +627,7 @@ mod tests {
         let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
         let (a, b) = {
             let m = pool.backends();
-            (m[0].id, m[1].id)
+            (m.active[0].id, m.active[1].id)
         };
         // A client's connect to B failed first, then a probe found A down.
         let t0 = Instant::now();
@@ -650,16 +653,16 @@ mod tests {
     fn a_probe_that_reads_no_height_clears_an_old_one() {
         use crate::pool::report::{Report, Verdict};
         let pool = pool();
-        let a = pool.backends()[0].id;
+        let a = pool.backends().active[0].id;
         // Read by an earlier probe kind; the pool probes `connect` now.
-        pool.backends()[0].height = Some(100);
+        pool.backends().active[0].height = Some(100);
         pool.apply_probe(
             a,
             &Report::new(Verdict::Healthy, "connected"),
             0,
             Instant::now(),
         );
-        assert_eq!(pool.backends()[0].height, None);
+        assert_eq!(pool.backends().active[0].height, None);
     }
 
     /// Drained before its connect finished: goes elsewhere. Spliced
@@ -670,7 +673,7 @@ mod tests {
                     backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
         let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
         let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
-        let a = pool.backends()[0].id;
+        let a = pool.backends().active[0].id;
 
         let early = entry();
         let (_lease, target) = pool.reserve(1, early.clone(), &[]).unwrap();

@@ -145,6 +145,7 @@ impl Pool {
         let (now, wall) = (Instant::now(), SystemTime::now());
         let m = self.backends();
         let mut saved: Vec<SavedBackend> = m
+            .active
             .iter()
             .map(|b| {
                 let h = &b.health;

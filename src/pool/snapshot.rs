@@ -215,6 +215,7 @@ impl Pool {
         let m = self.backends();
         let leaving = discovered::leaving(&m.sources, self.config().discovery.hold);
         let backends = m
+            .active
             .iter()
             .map(|b| {
                 let mut snap = BackendSnapshot::of(b, with_conns, now, wall);

@@ -69,6 +69,7 @@ impl Pool {
         let backends = self.backends();
         closed.extend(
             backends
+                .active
                 .iter()
                 .map(|b| (b.config.name.clone(), per_reason(&b.stats.closed))),
         );
@@ -87,7 +88,7 @@ mod tests {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [127.0.0.1:1, 127.0.0.1:2]\n";
         let c = Config::parse(yaml, "t.yaml".as_ref()).unwrap();
         let pool = Pool::new(c.pools[0].clone(), CancellationToken::new());
-        let stats = pool.backends()[1].stats.clone();
+        let stats = pool.backends().active[1].stats.clone();
         pool.count_closed(Some(&stats), CloseReason::ClientClosed);
         pool.count_closed(Some(&stats), CloseReason::ClientClosed);
         pool.count_closed(None, CloseReason::NoBackend);
