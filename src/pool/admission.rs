@@ -62,14 +62,6 @@ pub fn source_of(ip: IpAddr) -> IpAddr {
 }
 
 impl Pool {
-    /// Admit one more client if the pool is below `max_connections`.
-    pub fn admit(self: &Arc<Self>) -> Option<Admission> {
-        self.take_place().then(|| Admission {
-            pool: self.clone(),
-            source: None,
-        })
-    }
-
     /// Admit a client from `peer`: below `max_connections`, and below
     /// `max_connections_per_source` for its address when that is set.
     ///

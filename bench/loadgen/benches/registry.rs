@@ -90,7 +90,8 @@ fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 6] {
         black_box(rebalance::plan(black_box(&loads), 2));
     });
     let status = time_per_op(budget, || {
-        let json = serde_json::to_vec(&pool.status()).expect("status serializes");
+        let json =
+            serde_json::to_vec(&pin_proxy::inspect::status(&pool)).expect("status serializes");
         black_box(json);
     });
     let snapshot = time_per_op(budget, || {
