@@ -36,6 +36,7 @@ use crate::pool::drain::DrainRun;
 use crate::pool::fold::Folds;
 use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
 use crate::pool::members::Members;
+use crate::pool::members::{Change, MemberPlan};
 use crate::pool::own::OwnListeners;
 use crate::pool::refused::Refusals;
 use crate::pool::saved::HealthChanges;
@@ -288,8 +289,9 @@ impl Pool {
     }
 
     /// Make the pool's backends the ones `config` and the discover
-    /// entries' members name, matched by name and address. Returns the
-    /// members that joined and how many left.
+    /// entries' members name, as the [`MemberPlan`] between them has it
+    /// (a reload and a lookup alike). Returns the members that joined and
+    /// how many left.
     pub(in crate::pool) fn set_members(
         &self,
         m: &mut Members,
@@ -298,15 +300,23 @@ impl Pool {
     ) -> (Vec<(BackendId, Arc<BackendConfig>)>, usize) {
         let ids = m.active.iter().chain(&m.leaving).map(|b| b.id + 1);
         let mut next_id = ids.max().unwrap_or(0);
-        // By name and address: a lookup of a thousand members stays linear.
+        let wanted = discovered::wanted(config, &m.sources);
+        let plan = MemberPlan::between(m.active.iter().map(|b| &*b.config), &wanted);
+        let changes: Vec<Change> = plan.wanted.iter().map(|(_, c)| *c).collect();
+        drop(plan);
+        // By name and address, as the plan matched them.
         let mut old: HashMap<(String, String), Backend> = std::mem::take(&mut m.active)
             .into_iter()
             .map(|b| ((b.config.name.clone(), b.config.addr.clone()), b))
             .collect();
         let mut added = Vec::new();
-        for bc in discovered::wanted(config, &m.sources) {
+        for (bc, change) in wanted.into_iter().zip(changes) {
             let same = |b: &Backend| b.config.same_backend(&bc);
-            let backend = if let Some(b) = old.remove(&(bc.name.clone(), bc.addr.clone())) {
+            let kept = match change {
+                Change::Kept | Change::Changed => old.remove(&(bc.name.clone(), bc.addr.clone())),
+                Change::Added => None,
+            };
+            let backend = if let Some(b) = kept {
                 b
             } else if let Some(i) = m.leaving.iter().position(same) {
                 let mut b = m.leaving.swap_remove(i);

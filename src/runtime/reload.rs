@@ -3,8 +3,9 @@
 
 use std::net::SocketAddr;
 
-use crate::config::{BackendConfig, Config, PoolConfig};
+use crate::config::{Config, PoolConfig};
 use crate::ops::control::Reloaded;
+use crate::pool::members::{Change, MemberPlan};
 
 /// Everything a reload changes. Empty (the default) when nothing does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,25 +121,14 @@ fn pool_plan<'a>(old: &'a PoolConfig, new: &'a PoolConfig) -> PoolPlan<'a> {
             .filter(|a| !other.contains(a))
             .collect()
     };
-    let unmatched = |from: &'a [BackendConfig], other: &'a [BackendConfig]| -> Vec<&'a str> {
-        from.iter()
-            .filter(|b| !other.iter().any(|o| b.same_backend(o)))
-            .map(|b| b.name.as_str())
-            .collect()
-    };
-    let backends_changed = new
-        .backends
-        .iter()
-        .filter(|n| old.backends.iter().any(|o| o.same_backend(n) && o != *n))
-        .map(|b| b.name.as_str())
-        .collect();
+    let backends = MemberPlan::between(&old.backends, &new.backends);
     PoolPlan {
         name: &new.name,
         listen_added: missing(&new.listen, &old.listen),
         listen_removed: missing(&old.listen, &new.listen),
-        backends_added: unmatched(&new.backends, &old.backends),
-        backends_removed: unmatched(&old.backends, &new.backends),
-        backends_changed,
+        backends_added: backends.named(Change::Added),
+        backends_removed: backends.removed.iter().map(|b| b.name.as_str()).collect(),
+        backends_changed: backends.named(Change::Changed),
         settings_changed: settings(old) != settings(new),
     }
 }
