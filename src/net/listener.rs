@@ -170,7 +170,7 @@ fn admit(
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
     let reject = |reason: Refusal| {
-        pool.count_rejected(reason.as_str());
+        pool.count_rejected(reason);
         let (tracker, token) = (&shared.tracker, &pool.token);
         shared
             .rejects

@@ -405,7 +405,7 @@ mod tests {
     #[test]
     fn refusals_ends_build_and_budget_are_reported() {
         let pool = pool();
-        pool.count_rejected(Refusal::MaxConnections.as_str());
+        pool.count_rejected(Refusal::MaxConnections);
         pool.count_closed(None, CloseReason::NoBackend);
         let text = render(&[pool], &process()).expect("render");
         for line in [

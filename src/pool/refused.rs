@@ -44,7 +44,7 @@ impl ClosedFrom {
 
 /// One client address one backend refused.
 #[derive(Debug, Clone, Copy)]
-struct Refusal {
+struct RefusedClient {
     /// Its closes at once in a row (each within the window of the last).
     count: u32,
     /// Steered away from the backend until then.
@@ -56,7 +56,7 @@ struct Refusal {
 /// The client addresses each backend of a pool refused lately.
 #[derive(Debug, Default)]
 pub(in crate::pool) struct Refusals {
-    entries: HashMap<(IpAddr, BackendId), Refusal>,
+    entries: HashMap<(IpAddr, BackendId), RefusedClient>,
     /// Every entry by the sequence number of its last refusal: the
     /// oldest goes first when the memory is full.
     order: BTreeMap<u64, (IpAddr, BackendId)>,
@@ -92,7 +92,7 @@ impl Refusals {
         };
         self.entries.insert(
             key,
-            Refusal {
+            RefusedClient {
                 count,
                 until: later(now, window),
                 seq,

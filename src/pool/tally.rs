@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::pool::admission::Refusal;
 use crate::pool::close::CloseReason;
 use crate::pool::registry::{BackendStats, Pool};
 
@@ -40,13 +41,13 @@ fn per_reason(counts: &[AtomicU64; CloseReason::ALL.len()]) -> Vec<(CloseReason,
 
 impl Pool {
     /// A client was refused at accept for `reason` (the `rejected` event's).
-    pub fn count_rejected(&self, reason: &'static str) {
+    pub fn count_rejected(&self, reason: Refusal) {
         let mut rejected = self
             .tally
             .rejected
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        *rejected.entry(reason).or_default() += 1;
+        *rejected.entry(reason.as_str()).or_default() += 1;
     }
 
     /// A connection ended for `reason`, on the backend whose counters are
@@ -92,7 +93,7 @@ mod tests {
         pool.count_closed(Some(&stats), CloseReason::ClientClosed);
         pool.count_closed(Some(&stats), CloseReason::ClientClosed);
         pool.count_closed(None, CloseReason::NoBackend);
-        pool.count_rejected("max_connections");
+        pool.count_rejected(Refusal::MaxConnections);
         let ends = pool.ends();
         assert_eq!(ends.rejected, BTreeMap::from([("max_connections", 1)]));
         let count = |backend: &str, reason| {
