@@ -429,13 +429,14 @@ mod tests {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends:\n      - { name: ltc, discover: \"n.test:1\" }\n";
         let config = Config::parse(yaml, std::path::Path::new("t.yaml")).expect("valid");
         let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
-        pool.lookup_failed("ltc", "timeout");
+        pool.discovery().lookup_failed("ltc", "timeout");
         let found = crate::config::Found {
             key: "127.0.0.2:1".into(),
             addr: "127.0.0.2:1".parse().unwrap(),
             lower_priority: false,
         };
-        pool.apply_lookup("ltc", vec![found], tokio::time::Instant::now());
+        pool.discovery()
+            .apply_lookup("ltc", vec![found], tokio::time::Instant::now());
         let text = render(&[pool], &process()).expect("render");
         for line in [
             "pin_proxy_discovered_members{pool=\"p\",name=\"ltc\"} 1",

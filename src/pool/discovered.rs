@@ -180,7 +180,21 @@ fn merge(source: &mut Source, found: Vec<Found>, now: Instant, hold: Duration) -
     changed || source.members.len() != before
 }
 
+/// A pool's discovery role: what its discover entries' lookups found,
+/// applied to its membership, and what `/status` and metrics show of them.
+#[derive(Clone, Copy)]
+pub struct Discovery<'a> {
+    pool: &'a Pool,
+}
+
 impl Pool {
+    /// This pool's discovery role.
+    pub fn discovery(&self) -> Discovery<'_> {
+        Discovery { pool: self }
+    }
+}
+
+impl Discovery<'_> {
     /// Apply a successful lookup of the discover entry `entry` made at
     /// `now`: `found` is every member the answer names. `None` when the
     /// entry is no longer configured (a reload raced the lookup).
@@ -190,9 +204,9 @@ impl Pool {
         found: Vec<Found>,
         now: Instant,
     ) -> Option<LookupChange> {
-        let config = self.config();
+        let config = self.pool.config();
         let hold = config.discovery.hold;
-        let mut m = self.backends();
+        let mut m = self.pool.backends();
         let source = m.sources.iter_mut().find(|s| s.config.name == entry)?;
         let first = !source.answered;
         let recovered = matches!(source.last_lookup, Some((_, Some(_))));
@@ -217,7 +231,7 @@ impl Pool {
                 ..LookupChange::default()
             });
         }
-        let (added, removed) = self.set_members(&mut m, &config, now);
+        let (added, removed) = self.pool.set_members(&mut m, &config, now);
         let change = LookupChange {
             added,
             removed,
@@ -225,7 +239,7 @@ impl Pool {
             recovered,
         };
         info!(
-            pool = %self.name, name = entry, added = change.added.len(),
+            pool = %self.pool.name, name = entry, added = change.added.len(),
             removed = change.removed, members, "discovered"
         );
         Some(change)
@@ -235,7 +249,7 @@ impl Pool {
     /// `/status` shows of it. True when the one before had not failed, or
     /// failed for another reason (worth a log line).
     pub fn lookup_failed(&self, entry: &str, error: &str) -> bool {
-        let mut m = self.backends();
+        let mut m = self.pool.backends();
         let Some(source) = m.sources.iter_mut().find(|s| s.config.name == entry) else {
             return false;
         };
@@ -246,9 +260,10 @@ impl Pool {
     }
 
     /// Each discover entry's members, for a live upgrade to carry.
-    pub fn hand_over_sources(&self) -> Vec<HandedSource> {
+    pub(in crate::pool) fn hand_over_sources(&self) -> Vec<HandedSource> {
         let now = Instant::now();
-        self.backends()
+        self.pool
+            .backends()
             .sources
             .iter()
             .map(|s| HandedSource {
@@ -271,10 +286,10 @@ impl Pool {
     /// Take the members an upgrade handed over for the entries this config
     /// still has (same name, same lookup); returns how many. Run before
     /// the health records are put back, which find them by name.
-    pub fn take_handed_sources(&self, handed: &[HandedSource]) -> usize {
-        let config = self.config();
+    pub(in crate::pool) fn take_handed_sources(&self, handed: &[HandedSource]) -> usize {
+        let config = self.pool.config();
         let now = Instant::now();
-        let mut m = self.backends();
+        let mut m = self.pool.backends();
         let mut taken = 0;
         for source in &mut m.sources {
             let q = source.config.query.to_string();
@@ -298,14 +313,15 @@ impl Pool {
             taken += c.members.len();
         }
         if taken > 0 {
-            self.set_members(&mut m, &config, now);
+            self.pool.set_members(&mut m, &config, now);
         }
         taken
     }
 
     /// The members the discover entry `entry` has now.
     pub fn members_of(&self, entry: &str) -> Vec<Found> {
-        self.backends()
+        self.pool
+            .backends()
             .sources
             .iter()
             .find(|s| s.config.name == entry)
@@ -315,7 +331,8 @@ impl Pool {
 
     /// How many members each discover entry has, in config order.
     pub fn discovered_counts(&self) -> Vec<(String, usize)> {
-        self.backends()
+        self.pool
+            .backends()
             .sources
             .iter()
             .map(|s| (s.config.name.clone(), s.members.len()))

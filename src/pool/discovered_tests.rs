@@ -71,6 +71,7 @@ async fn members_join_unknown_after_the_static_backends() {
     let pool = pool();
     assert_eq!(names(&pool), ["s"], "nothing found yet");
     let change = pool
+        .discovery()
         .apply_lookup("ltc", vec![found(3), found(2)], Instant::now())
         .unwrap();
     assert_eq!(
@@ -89,11 +90,13 @@ async fn members_join_unknown_after_the_static_backends() {
     assert_eq!(snap.backends[0].discovered_from, None);
     // The same answer again changes nothing.
     let again = pool
+        .discovery()
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     assert_eq!((again.added.len(), again.removed), (0, 0));
     assert!(
-        pool.apply_lookup("gone", vec![found(2)], Instant::now())
+        pool.discovery()
+            .apply_lookup("gone", vec![found(2)], Instant::now())
             .is_none()
     );
 }
@@ -101,7 +104,8 @@ async fn members_join_unknown_after_the_static_backends() {
 #[tokio::test(start_paused = true)]
 async fn a_member_missing_for_hold_is_removed_and_drained() {
     let pool = pool();
-    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     pool.quarantine("s", Duration::from_secs(3600)).unwrap();
     // One connection on each member.
@@ -118,6 +122,7 @@ async fn a_member_missing_for_hold_is_removed_and_drained() {
     for _ in 0..10 {
         time::advance(Duration::from_secs(1)).await;
         let c = pool
+            .discovery()
             .apply_lookup("ltc", vec![found(2)], Instant::now())
             .unwrap();
         assert_eq!(c.removed, 0);
@@ -126,6 +131,7 @@ async fn a_member_missing_for_hold_is_removed_and_drained() {
     assert!(!on_3.is_closing());
     time::advance(Duration::from_secs(1)).await;
     let c = pool
+        .discovery()
         .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
     assert_eq!((c.removed, c.members), (1, 1));
@@ -141,17 +147,20 @@ async fn a_member_missing_for_hold_is_removed_and_drained() {
 #[tokio::test(start_paused = true)]
 async fn the_last_usable_leg_is_kept_when_its_member_goes() {
     let pool = pool();
-    pool.apply_lookup("ltc", vec![found(2), found(4)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2), found(4)], Instant::now())
         .unwrap();
     pool.quarantine("s", Duration::from_secs(3600)).unwrap();
     pool.quarantine("ltc/127.0.0.4:9333", Duration::from_secs(3600))
         .unwrap();
     let (closer, _lease, on) = connect(&pool, 1);
     assert_eq!(on, "ltc/127.0.0.2:9333");
-    pool.apply_lookup("ltc", vec![found(4)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(4)], Instant::now())
         .unwrap();
     time::advance(HOLD).await;
     let c = pool
+        .discovery()
         .apply_lookup("ltc", vec![found(4)], Instant::now())
         .unwrap();
     assert_eq!(c.removed, 1);
@@ -165,7 +174,8 @@ async fn the_last_usable_leg_is_kept_when_its_member_goes() {
 #[tokio::test(start_paused = true)]
 async fn a_member_back_within_hold_keeps_its_connections_and_record() {
     let pool = pool();
-    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     pool.quarantine("ltc/127.0.0.3:9333", Duration::from_secs(3600))
         .unwrap();
@@ -174,10 +184,12 @@ async fn a_member_back_within_hold_keeps_its_connections_and_record() {
     // .3 missing, then back before `hold`.
     for _ in 0..5 {
         time::advance(Duration::from_secs(1)).await;
-        pool.apply_lookup("ltc", vec![found(2)], Instant::now())
+        pool.discovery()
+            .apply_lookup("ltc", vec![found(2)], Instant::now())
             .unwrap();
     }
     let c = pool
+        .discovery()
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     assert_eq!((c.added.len(), c.removed), (0, 0), "it never left");
@@ -193,7 +205,8 @@ async fn a_member_back_within_hold_keeps_its_connections_and_record() {
     for _ in 0..9 {
         time::advance(Duration::from_secs(1)).await;
         assert_eq!(
-            pool.apply_lookup("ltc", vec![found(2)], Instant::now())
+            pool.discovery()
+                .apply_lookup("ltc", vec![found(2)], Instant::now())
                 .unwrap()
                 .removed,
             0
@@ -209,6 +222,7 @@ async fn a_flapping_answer_changes_membership_once() {
         time::advance(Duration::from_secs(1)).await;
         let other = if round % 2 == 0 { found(3) } else { found(4) };
         let c = pool
+            .discovery()
             .apply_lookup("ltc", vec![found(2), other], Instant::now())
             .unwrap();
         changes += usize::from(!c.added.is_empty() || c.removed > 0);
@@ -221,7 +235,8 @@ async fn a_flapping_answer_changes_membership_once() {
 #[tokio::test(start_paused = true)]
 async fn a_reload_that_keeps_the_entry_keeps_its_members() {
     let pool = pool();
-    pool.apply_lookup("ltc", vec![found(2)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
     pool.quarantine("ltc/127.0.0.2:9333", Duration::from_secs(3600))
         .unwrap();
@@ -248,12 +263,14 @@ async fn a_reload_that_keeps_the_entry_keeps_its_members() {
 #[tokio::test(start_paused = true)]
 async fn an_upgrade_carries_members_with_their_records() {
     let old = pool();
-    old.apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
+    old.discovery()
+        .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     old.quarantine("ltc/127.0.0.3:9333", Duration::from_secs(3600))
         .unwrap();
     time::advance(Duration::from_secs(4)).await;
-    old.apply_lookup("ltc", vec![found(2)], Instant::now())
+    old.discovery()
+        .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
     let handed = old.hand_over();
     let json = serde_json::to_string(&handed).unwrap();
@@ -275,14 +292,16 @@ async fn an_upgrade_carries_members_with_their_records() {
     // counts from there, across the upgrade.
     time::advance(Duration::from_secs(9)).await;
     assert_eq!(
-        new.apply_lookup("ltc", vec![found(2)], Instant::now())
+        new.discovery()
+            .apply_lookup("ltc", vec![found(2)], Instant::now())
             .unwrap()
             .removed,
         0
     );
     time::advance(Duration::from_secs(1)).await;
     assert_eq!(
-        new.apply_lookup("ltc", vec![found(2)], Instant::now())
+        new.discovery()
+            .apply_lookup("ltc", vec![found(2)], Instant::now())
             .unwrap()
             .removed,
         1
@@ -314,7 +333,8 @@ async fn a_saved_record_waits_for_its_member() {
     assert_eq!(pool.restore_health(&saved, SystemTime::now()), 0);
     // Kept in what is saved until a lookup has spoken.
     assert_eq!(pool.save_health().len(), 3);
-    pool.apply_lookup("ltc", vec![found(2)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
     let snap = pool.overview();
     let b2 = &snap.backends[1];
@@ -327,25 +347,29 @@ async fn a_saved_record_waits_for_its_member() {
 #[tokio::test(start_paused = true)]
 async fn a_dns_outage_does_not_count_toward_hold() {
     let pool = pool();
-    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     // Six holds without a successful answer, then one without .3: it stays
     // until `hold` of answers have left it out.
     time::advance(HOLD * 6).await;
     let c = pool
+        .discovery()
         .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
     assert_eq!((c.removed, c.members), (0, 2));
     time::advance(HOLD - Duration::from_millis(1)).await;
     assert_eq!(
-        pool.apply_lookup("ltc", vec![found(2)], Instant::now())
+        pool.discovery()
+            .apply_lookup("ltc", vec![found(2)], Instant::now())
             .unwrap()
             .removed,
         0
     );
     time::advance(Duration::from_millis(1)).await;
     assert_eq!(
-        pool.apply_lookup("ltc", vec![found(2)], Instant::now())
+        pool.discovery()
+            .apply_lookup("ltc", vec![found(2)], Instant::now())
             .unwrap()
             .removed,
         1
@@ -355,9 +379,11 @@ async fn a_dns_outage_does_not_count_toward_hold() {
 #[tokio::test(start_paused = true)]
 async fn a_member_left_out_shows_when_it_leaves() {
     let pool = pool();
-    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
     time::advance(Duration::from_secs(2)).await;
-    pool.apply_lookup("ltc", vec![found(2)], Instant::now());
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2)], Instant::now());
     let wall = SystemTime::now();
     let status = pool.overview();
     let by = |name: &str| {
@@ -377,7 +403,8 @@ async fn a_member_left_out_shows_when_it_leaves() {
         "{left:?}"
     );
     // Named again: it stays.
-    pool.apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
+    pool.discovery()
+        .apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
     assert_eq!(
         pool.overview()
             .backends

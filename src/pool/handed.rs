@@ -60,7 +60,7 @@ impl Pool {
                 })
                 .collect(),
             health: self.save_health(),
-            discovered: self.hand_over_sources(),
+            discovered: self.discovery().hand_over_sources(),
         }
     }
 
@@ -69,7 +69,7 @@ impl Pool {
     /// address); returns how many matched. Run once, before any traffic.
     pub fn take_handed(&self, handed: &HandedPool) -> usize {
         // Discovered members first: their health records find them by name.
-        self.take_handed_sources(&handed.discovered);
+        self.discovery().take_handed_sources(&handed.discovered);
         self.restore_handed_health(&handed.health, SystemTime::now());
         self.rebalance_moves
             .fetch_add(handed.rebalance_moves, Ordering::Relaxed);

@@ -50,7 +50,7 @@ async fn round(pool: &Arc<Pool>, prober: &Prober) {
         Ok(dns) => dns,
         Err(error) => {
             for entry in &config.discover {
-                if pool.lookup_failed(&entry.name, &error) {
+                if pool.discovery().lookup_failed(&entry.name, &error) {
                     warn!(pool = %pool.name, name = %entry.name, error = %error, "discovery_failed");
                 }
             }
@@ -58,7 +58,7 @@ async fn round(pool: &Arc<Pool>, prober: &Prober) {
         }
     };
     for entry in &config.discover {
-        let known = pool.members_of(&entry.name);
+        let known = pool.discovery().members_of(&entry.name);
         let started = Instant::now();
         let answer = tokio::select! {
             () = pool.token.cancelled() => return,
@@ -67,7 +67,10 @@ async fn round(pool: &Arc<Pool>, prober: &Prober) {
         match answer {
             Ok(found) => {
                 let count = found.len();
-                let Some(change) = pool.apply_lookup(&entry.name, found, Instant::now()) else {
+                let Some(change) =
+                    pool.discovery()
+                        .apply_lookup(&entry.name, found, Instant::now())
+                else {
                     continue;
                 };
                 if change.recovered {
@@ -82,7 +85,7 @@ async fn round(pool: &Arc<Pool>, prober: &Prober) {
                 }
             }
             Err(error) => {
-                if pool.lookup_failed(&entry.name, &error) {
+                if pool.discovery().lookup_failed(&entry.name, &error) {
                     warn!(
                         pool = %pool.name, name = %entry.name, query = %entry.query,
                         error = %error, members = known.len(), "discovery_failed"

@@ -120,7 +120,13 @@ impl Server {
             .iter()
             .map(|run| {
                 let c = run.pool.config();
-                let discovered: usize = run.pool.discovered_counts().iter().map(|(_, n)| n).sum();
+                let discovered: usize = run
+                    .pool
+                    .discovery()
+                    .discovered_counts()
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum();
                 let backends = u32::try_from(c.backends.len() + discovered).unwrap_or(u32::MAX);
                 c.connect_timeout.saturating_mul(backends.saturating_add(1))
             })
