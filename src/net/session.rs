@@ -122,8 +122,8 @@ pub fn resume(
         started: wall,
         closer: closer.clone(),
     };
-    let admission = (pool.admit_handed(peer.ip()), slot);
-    let Some((lease, target)) = pool.adopt(conn, entry, &name, &addr) else {
+    let admission = (pool.upgrade().admit(peer.ip()), slot);
+    let Some((lease, target)) = pool.upgrade().take_conn(conn, entry, &name, &addr) else {
         pool.count_closed(None, CloseReason::BackendRemoved);
         info!(
             pool = %pool.name, backend = %name, conn, client = %peer,

@@ -61,6 +61,25 @@ pub fn source_of(ip: IpAddr) -> IpAddr {
     }
 }
 
+impl Admission {
+    /// The admission of a client handed over by another process: it was
+    /// admitted there, so it counts here even above the limits (its
+    /// source too).
+    pub(in crate::pool) fn handed_over(pool: &Arc<Pool>, peer: IpAddr) -> Admission {
+        pool.clients.fetch_add(1, Ordering::AcqRel);
+        let source = pool.config().max_connections_per_source.map(|_| {
+            let key = source_of(peer);
+            let mut sources = pool.sources.lock().unwrap_or_else(|e| e.into_inner());
+            *sources.entry(key).or_insert(0) += 1;
+            Box::new(key)
+        });
+        Admission {
+            pool: pool.clone(),
+            source,
+        }
+    }
+}
+
 impl Pool {
     /// Admit a client from `peer`: below `max_connections`, and below
     /// `max_connections_per_source` for its address when that is set.
@@ -94,22 +113,6 @@ impl Pool {
             pool: self.clone(),
             source: Some(Box::new(key)),
         })
-    }
-
-    /// Admit a client handed over by another process: it was admitted
-    /// there, so it counts here even above the limits (its source too).
-    pub fn admit_handed(self: &Arc<Self>, peer: IpAddr) -> Admission {
-        self.clients.fetch_add(1, Ordering::AcqRel);
-        let source = self.config().max_connections_per_source.map(|_| {
-            let key = source_of(peer);
-            let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-            *sources.entry(key).or_insert(0) += 1;
-            Box::new(key)
-        });
-        Admission {
-            pool: self.clone(),
-            source,
-        }
     }
 
     /// Live clients from `peer`'s source address (0 while no per-source
@@ -212,7 +215,7 @@ mod tests {
     #[test]
     fn handed_over_clients_count_toward_their_source() {
         let pool = pool("    max_connections_per_source: 1\n");
-        let _handed = pool.admit_handed(ip("10.0.0.1"));
+        let _handed = pool.upgrade().admit(ip("10.0.0.1"));
         assert_eq!(
             pool.admit_from(ip("10.0.0.1")).unwrap_err(),
             Refusal::PerSource

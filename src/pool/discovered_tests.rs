@@ -272,12 +272,12 @@ async fn an_upgrade_carries_members_with_their_records() {
     old.discovery()
         .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
-    let handed = old.hand_over();
+    let handed = old.upgrade().state();
     let json = serde_json::to_string(&handed).unwrap();
     let handed = serde_json::from_str(&json).unwrap();
 
     let new = pool();
-    new.take_handed(&handed);
+    new.upgrade().take(&handed);
     assert_eq!(names(&new), names(&old));
     let counts = |p: &Pool| p.backends().sources[0].lookups;
     assert_eq!(counts(&new), (2, 0), "lookup counters go on");

@@ -5,14 +5,18 @@
 //! judges as the old one did and `/status` and `/metrics` go on from where
 //! they stood instead of from zero.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::pool::admission::Admission;
+use crate::pool::close::CloseReason;
 use crate::pool::discovered::HandedSource;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
-use crate::pool::registry::Pool;
+use crate::pool::registry::{ConnEntry, ConnId, Lease, Pool, Target};
 use crate::pool::saved::SavedBackend;
 use crate::pool::snapshot::Counters;
 
@@ -43,10 +47,24 @@ pub struct HandedBackend {
     pub counters: Counters,
 }
 
+/// A pool's part in a live upgrade: its state to hand over, the state
+/// and connections taken over, and the pause of its splices meanwhile.
+#[derive(Clone, Copy)]
+pub struct Upgrade<'a> {
+    pool: &'a Arc<Pool>,
+}
+
 impl Pool {
+    /// This pool's part in a live upgrade.
+    pub fn upgrade(self: &Arc<Self>) -> Upgrade<'_> {
+        Upgrade { pool: self }
+    }
+}
+
+impl Upgrade<'_> {
     /// This pool's state to hand over.
-    pub fn hand_over(&self) -> HandedPool {
-        let snap = self.overview();
+    pub fn state(&self) -> HandedPool {
+        let snap = self.pool.overview();
         HandedPool {
             name: snap.name,
             rebalance_moves: snap.rebalance_moves,
@@ -59,21 +77,25 @@ impl Pool {
                     counters: b.counters,
                 })
                 .collect(),
-            health: self.save_health(),
-            discovered: self.discovery().hand_over_sources(),
+            health: self.pool.save_health(),
+            discovered: self.pool.discovery().hand_over_sources(),
         }
     }
 
     /// Take the health records and counters handed over from the old process
     /// onto the backends that are still configured (same name and
     /// address); returns how many matched. Run once, before any traffic.
-    pub fn take_handed(&self, handed: &HandedPool) -> usize {
+    pub fn take(&self, handed: &HandedPool) -> usize {
         // Discovered members first: their health records find them by name.
-        self.discovery().take_handed_sources(&handed.discovered);
-        self.restore_handed_health(&handed.health, SystemTime::now());
-        self.rebalance_moves
+        self.pool
+            .discovery()
+            .take_handed_sources(&handed.discovered);
+        self.pool
+            .restore_handed_health(&handed.health, SystemTime::now());
+        self.pool
+            .rebalance_moves
             .fetch_add(handed.rebalance_moves, Ordering::Relaxed);
-        let backends = self.backends();
+        let backends = self.pool.backends();
         let mut matched = 0;
         for c in &handed.backends {
             let Some(b) = backends
@@ -98,5 +120,58 @@ impl Pool {
             }
         }
         matched
+    }
+
+    /// A live upgrade takes the connections: every spliced one stops for
+    /// the handover now, and every one still connecting as soon as it is
+    /// spliced (see [`Pool::splice_if_wanted`]), so none is left behind.
+    /// Under the lock, as splices are marked.
+    pub fn begin(&self) {
+        let m = self.pool.backends();
+        self.pool.handing_over.store(true, Ordering::Relaxed);
+        // Leaving backends' too: the new process, which has no such
+        // backend, closes them as a reload does.
+        for entry in m
+            .active
+            .iter()
+            .chain(&m.leaving)
+            .flat_map(|b| b.conns.values())
+        {
+            if entry.closer.is_movable() {
+                entry.closer.close(CloseReason::Handover);
+            }
+        }
+    }
+
+    /// The upgrade failed: connections splice here again.
+    pub fn end(&self) {
+        let _guard = self.pool.backends();
+        self.pool.handing_over.store(false, Ordering::Relaxed);
+    }
+
+    /// Register connection `conn`, carried over from another process, on
+    /// the backend named `name` at `addr` (a backend whose address changed
+    /// is another node), already spliced. `None` when the pool has no such
+    /// backend any more.
+    pub fn take_conn(
+        &self,
+        conn: ConnId,
+        entry: ConnEntry,
+        name: &str,
+        addr: &str,
+    ) -> Option<(Lease, Target)> {
+        let mut backends = self.pool.backends();
+        let b = backends
+            .active
+            .iter_mut()
+            .find(|b| b.config.name == name && b.config.addr == addr)?;
+        entry.closer.set_spliced();
+        Some(self.pool.register(b, conn, entry))
+    }
+
+    /// Admit a client handed over by another process: it was admitted
+    /// there, so it counts here even above the limits (its source too).
+    pub fn admit(&self, peer: IpAddr) -> Admission {
+        Admission::handed_over(self.pool, peer)
     }
 }

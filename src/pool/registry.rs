@@ -177,7 +177,7 @@ pub struct Pool {
     own: Arc<OwnListeners>,
     /// A live upgrade is taking the connections: each one is stopped for
     /// the handover as soon as it is spliced. Read and set under the lock.
-    handing_over: AtomicBool,
+    pub(in crate::pool) handing_over: AtomicBool,
     /// Wakes the drain task: a drain started, resumed or has new work.
     pub(in crate::pool) drain_wake: Notify,
     /// Wakes the discovery task: a reload changed what it looks up.
@@ -381,57 +381,10 @@ impl Pool {
         true
     }
 
-    /// A live upgrade takes the connections: every spliced one stops for
-    /// the handover now, and every one still connecting as soon as it is
-    /// spliced (see [`Pool::splice_if_wanted`]), so none is left behind.
-    /// Under the lock, as splices are marked.
-    pub fn begin_handover(&self) {
-        let m = self.backends();
-        self.handing_over.store(true, Ordering::Relaxed);
-        // Leaving backends' too: the new process, which has no such
-        // backend, closes them as a reload does.
-        for entry in m
-            .active
-            .iter()
-            .chain(&m.leaving)
-            .flat_map(|b| b.conns.values())
-        {
-            if entry.closer.is_movable() {
-                entry.closer.close(CloseReason::Handover);
-            }
-        }
-    }
-
-    /// The upgrade failed: connections splice here again.
-    pub fn end_handover(&self) {
-        let _guard = self.backends();
-        self.handing_over.store(false, Ordering::Relaxed);
-    }
-
-    /// Register connection `conn`, carried over from another process, on
-    /// the backend named `name` at `addr` (a backend whose address changed
-    /// is another node), already spliced. `None` when the pool has no such
-    /// backend any more.
-    pub fn adopt(
-        self: &Arc<Self>,
-        conn: ConnId,
-        entry: ConnEntry,
-        name: &str,
-        addr: &str,
-    ) -> Option<(Lease, Target)> {
-        let mut backends = self.backends();
-        let b = backends
-            .active
-            .iter_mut()
-            .find(|b| b.config.name == name && b.config.addr == addr)?;
-        entry.closer.set_spliced();
-        Some(self.register(b, conn, entry))
-    }
-
     /// Put connection `conn` on backend `b`: its lease and target. A
     /// connection registered after the pool stopped is closed at once
     /// (`stop` has already swept the registry).
-    fn register(
+    pub(in crate::pool) fn register(
         self: &Arc<Self>,
         b: &mut Backend,
         conn: ConnId,

@@ -90,7 +90,7 @@ impl Takeover {
         };
         for run in &server.pools {
             if let Some(c) = self.handover.pools.iter().find(|c| c.name == run.pool.name) {
-                run.pool.take_handed(c);
+                run.pool.upgrade().take(c);
             }
         }
         info!(listeners, rss_kib = limits::rss_kib(), "inherited");

@@ -65,7 +65,11 @@ impl Server {
         let handover = Handover {
             generation: self.generation,
             next_conn: self.shared.conn_ids.load(Ordering::Relaxed),
-            pools: self.pools.iter().map(|run| run.pool.hand_over()).collect(),
+            pools: self
+                .pools
+                .iter()
+                .map(|run| run.pool.upgrade().state())
+                .collect(),
             listeners,
         };
         if let Err(err) = next.prepare(&handover, &sockets).await {
@@ -156,7 +160,7 @@ impl Server {
     async fn hand_over_all(&mut self, give_up: Instant) -> Vec<HandedConn> {
         let mut rx = self.shared.handovers.arm();
         for run in &self.pools {
-            run.pool.begin_handover();
+            run.pool.upgrade().begin();
         }
         let mut handed = Vec::new();
         loop {
@@ -189,7 +193,7 @@ impl Server {
     /// main process, in case the new one had said otherwise.
     fn take_back(&mut self, handed: Vec<HandedConn>) {
         for run in &self.pools {
-            run.pool.end_handover();
+            run.pool.upgrade().end();
         }
         let n = self.resume_all(handed);
         for run in &mut self.pools {
