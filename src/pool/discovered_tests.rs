@@ -136,7 +136,7 @@ async fn a_member_missing_for_hold_is_removed_and_drained() {
         .unwrap();
     assert_eq!((c.removed, c.members), (1, 1));
     assert_eq!(names(&pool), ["s", "ltc/127.0.0.2:9333"]);
-    pool.drain_step(Instant::now());
+    pool.drains().step(Instant::now());
     assert!(
         on_3.is_closing(),
         "a removed member's connections are drained"
@@ -164,7 +164,7 @@ async fn the_last_usable_leg_is_kept_when_its_member_goes() {
         .apply_lookup("ltc", vec![found(4)], Instant::now())
         .unwrap();
     assert_eq!(c.removed, 1);
-    pool.drain_step(Instant::now());
+    pool.drains().step(Instant::now());
     assert!(
         !closer.is_closing(),
         "nothing else is usable: the last leg stays"

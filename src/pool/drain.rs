@@ -4,9 +4,9 @@
 //!
 //! A drain starts when a backend's usability changes ([`Pool::drain`], under
 //! the pool lock, from `apply` and `reconfigure`) and closes what is due at
-//! once; the rest is closed by [`Pool::drain_step`], which the runtime's
+//! once; the rest is closed by [`Drains::step`], which the runtime's
 //! drain task calls at the deadline it returns or when
-//! [`Pool::drain_woken`] fires. The pace itself is the pure [`Schedule`].
+//! [`Drains::woken`] fires. The pace itself is the pure [`Schedule`].
 
 mod schedule;
 
@@ -114,6 +114,48 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A pool's drains: the task that closes their connections on their
+/// pace steps them and waits for their wake; a live upgrade rechecks them.
+#[derive(Clone, Copy)]
+pub struct Drains<'a> {
+    pool: &'a Pool,
+}
+
+impl Pool {
+    /// This pool's drains.
+    pub fn drains(&self) -> Drains<'_> {
+        Drains { pool: self }
+    }
+}
+
+impl<'a> Drains<'a> {
+    /// Run the drain check now: after a live upgrade adopted connections
+    /// onto backends that are out, they drain here as they did before.
+    pub fn recheck(&self) {
+        let config = self.pool.config();
+        let mut m = self.pool.backends();
+        self.pool.drain(&mut m, &config);
+    }
+
+    /// Close the connections of running drains that are due at `now`, and
+    /// end the drains that are done or whose backend is back. Returns when
+    /// the next close is due; `None` when none is scheduled (nothing
+    /// drains, or every drain waits for a peer to become usable or for a
+    /// connecting client): [`Drains::woken`] fires when that changes.
+    pub fn step(&self, now: Instant) -> Option<Instant> {
+        let config = self.pool.config();
+        let mut m = self.pool.backends();
+        self.pool.step_locked(&mut m, &config, now)
+    }
+
+    /// Resolves once a drain started, resumed or may have new work: what
+    /// the drain task waits on besides its deadline. A wake that came while
+    /// nobody waited is kept for the next wait. Cancel-safe.
+    pub fn woken(&self) -> Notified<'a> {
+        self.pool.drain_wake.notified()
+    }
+}
+
 impl Pool {
     /// Start a drain of every backend taken out that has none (or hurry
     /// one whose backend went `down`), and close what is due now, resuming
@@ -151,18 +193,10 @@ impl Pool {
         self.settle(m, config, now);
     }
 
-    /// Run the drain check now: after a live upgrade adopted connections
-    /// onto backends that are out, they drain here as they did before.
-    pub fn recheck_drains(&self) {
-        let config = self.config();
-        let mut m = self.backends();
-        self.drain(&mut m, &config);
-    }
-
     /// Close what is due, announce the drains that go on, wake the drain
     /// task to wait for their next deadline. Under the pool lock.
     pub(in crate::pool) fn settle(&self, m: &mut Members, config: &PoolConfig, now: Instant) {
-        self.step(m, config, now);
+        self.step_locked(m, config, now);
         for b in m.active.iter_mut().chain(m.leaving.iter_mut()) {
             let Some(run) = b.drain.as_mut().filter(|r| !r.announced) else {
                 continue;
@@ -177,25 +211,7 @@ impl Pool {
         self.drain_wake.notify_one();
     }
 
-    /// Close the connections of running drains that are due at `now`, and
-    /// end the drains that are done or whose backend is back. Returns when
-    /// the next close is due; `None` when none is scheduled (nothing
-    /// drains, or every drain waits for a peer to become usable or for a
-    /// connecting client): [`Pool::drain_woken`] fires when that changes.
-    pub fn drain_step(&self, now: Instant) -> Option<Instant> {
-        let config = self.config();
-        let mut m = self.backends();
-        self.step(&mut m, &config, now)
-    }
-
-    /// Resolves once a drain started, resumed or may have new work: what
-    /// the drain task waits on besides its deadline. A wake that came while
-    /// nobody waited is kept for the next wait. Cancel-safe.
-    pub fn drain_woken(&self) -> Notified<'_> {
-        self.drain_wake.notified()
-    }
-
-    fn step(&self, m: &mut Members, config: &PoolConfig, now: Instant) -> Option<Instant> {
+    fn step_locked(&self, m: &mut Members, config: &PoolConfig, now: Instant) -> Option<Instant> {
         // The last-leg rule, checked again before each close.
         let any_usable = m.active.iter().any(|b| b.health.is_usable());
         let mut next: Option<Instant> = None;

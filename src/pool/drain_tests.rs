@@ -3,7 +3,7 @@
 //! each one; a backend back in service keeps the rest; `down` and `0s`
 //! drain at once; a removed backend is drained and leaves nothing behind.
 //!
-//! The test plays the drain task: it calls [`Pool::drain_step`] and
+//! The test plays the drain task: it calls [`Drains::step`](crate::pool::drain::Drains::step) and
 //! advances the paused clock to the deadline it returns.
 
 use std::sync::Arc;
@@ -122,7 +122,7 @@ impl Bench {
     async fn run_until(&mut self, until: Duration) {
         let end = self.t0 + until;
         loop {
-            let next = self.pool.drain_step(Instant::now());
+            let next = self.pool.drains().step(Instant::now());
             self.look();
             let at = next.filter(|&at| at <= end).unwrap_or(end);
             if at > Instant::now() {
@@ -198,7 +198,7 @@ async fn fifty_connections_close_over_the_spread_oldest_first() {
         bench.pool.backends().active[0].drain.is_none(),
         "the drain ended"
     );
-    assert_eq!(bench.pool.drain_step(Instant::now()), None);
+    assert_eq!(bench.pool.drains().step(Instant::now()), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,7 +208,11 @@ async fn zero_spread_closes_every_connection_at_once() {
     bench.quarantine("a");
     assert_eq!(bench.close_times(), vec![Duration::ZERO; 50]);
     assert_eq!(bench.closed_ids(), bench.ids_on(a));
-    assert_eq!(bench.pool.drain_step(Instant::now()), None, "nothing left");
+    assert_eq!(
+        bench.pool.drains().step(Instant::now()),
+        None,
+        "nothing left"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -282,7 +286,7 @@ async fn held_by_b_then_resumed(bench: &mut Bench, a: BackendId) {
     assert_eq!(bench.closes.len(), 11);
     bench.quarantine("b");
     assert_eq!(
-        bench.pool.drain_step(Instant::now()),
+        bench.pool.drains().step(Instant::now()),
         None,
         "no deadline while held"
     );
@@ -363,7 +367,7 @@ async fn a_backend_removed_by_a_reload_is_drained_and_leaves_nothing_behind() {
         c.lease = None;
     }
     assert!(bench.pool.backends().leaving.is_empty());
-    assert_eq!(bench.pool.drain_step(Instant::now()), None);
+    assert_eq!(bench.pool.drains().step(Instant::now()), None);
 }
 
 /// A removed backend put back by the next reload, while still drained,

@@ -138,7 +138,7 @@ async fn a_silent_backend_beside_a_talking_one_is_stalled_and_drained() {
     assert_eq!(state(&pool, "a"), State::Stalled);
     let q = pool.overview().backends[0].quarantine.unwrap();
     assert_eq!(q.reason.as_str(), "stalled");
-    pool.drain_step(Instant::now());
+    pool.drains().step(Instant::now());
     assert!(a.closer.is_closing(), "its clients go to b");
     assert!(!b.closer.is_closing());
 }

@@ -1,6 +1,6 @@
 //! The drain clock: one task per pool that closes the connections of its
 //! spread drains when they are due. The pool decides what is due
-//! ([`Pool::drain_step`]); this task only sleeps until the next deadline,
+//! ([`Drains::step`](crate::pool::drain::Drains::step)); this task only sleeps until the next deadline,
 //! or until the pool says a drain started or has new work.
 
 use std::sync::Arc;
@@ -12,9 +12,9 @@ use crate::pool::registry::Pool;
 /// Run until the pool stops.
 pub async fn run(pool: Arc<Pool>) {
     loop {
-        let next = pool.drain_step(Instant::now());
+        let next = pool.drains().step(Instant::now());
         // A wake that came since the step is kept for this wait.
-        let woken = pool.drain_woken();
+        let woken = pool.drains().woken();
         let due = async {
             match next {
                 Some(at) => sleep_until(at).await,

@@ -137,7 +137,7 @@ impl Server {
                             warn!(sent = sent.connections, adopted, "adopted_fewer");
                         }
                         for run in &self.pools {
-                            run.pool.recheck_drains();
+                            run.pool.drains().recheck();
                         }
                         notify::main_pid();
                         return new_side.adopted(sent.connections).await;
