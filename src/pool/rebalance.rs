@@ -64,11 +64,24 @@ pub struct Move {
     pub to_addr: String,
 }
 
+/// A pool's rebalancing: the move the tick would make now, and making it.
+#[derive(Clone, Copy)]
+pub struct Rebalance<'a> {
+    pool: &'a Pool,
+}
+
 impl Pool {
+    /// This pool's rebalancing.
+    pub fn rebalance(&self) -> Rebalance<'_> {
+        Rebalance { pool: self }
+    }
+}
+
+impl Rebalance<'_> {
     /// The move the pool needs now, or `None` when it is balanced.
-    pub fn rebalance_plan(&self) -> Option<Move> {
-        let min_imbalance = self.config().rebalance.min_imbalance;
-        let backends = self.backends();
+    pub fn plan(&self) -> Option<Move> {
+        let min_imbalance = self.pool.config().rebalance.min_imbalance;
+        let backends = self.pool.backends();
         let loads: Vec<Load> = backends
             .active
             .iter()
@@ -91,8 +104,8 @@ impl Pool {
     /// Close `m.from`'s newest movable connection (its client redials and
     /// lands on the emptier backend). Nothing when a backend is gone or no
     /// connection can move.
-    pub fn rebalance_move(&self, m: &Move) {
-        let backends = self.backends();
+    pub fn make(&self, m: &Move) {
+        let backends = self.pool.backends();
         let (Some(src), Some(dst)) = (
             backends.active.iter().find(|b| b.id == m.from),
             backends.active.iter().find(|b| b.id == m.to),
@@ -102,9 +115,9 @@ impl Pool {
         let newest = src.conns.iter().rev().find(|(_, e)| e.closer.is_movable());
         if let Some((conn, entry)) = newest {
             entry.closer.close(CloseReason::Rebalanced);
-            self.rebalance_moves.fetch_add(1, Ordering::Relaxed);
+            self.pool.rebalance_moves.fetch_add(1, Ordering::Relaxed);
             info!(
-                pool = %self.name, from = %src.config.name, to = %dst.config.name, conn = *conn,
+                pool = %self.pool.name, from = %src.config.name, to = %dst.config.name, conn = *conn,
                 from_connections = src.conns.len(), to_connections = dst.conns.len(), "rebalanced"
             );
         }

@@ -31,7 +31,7 @@ pub async fn run(pool: Arc<Pool>) {
 
 /// One tick: plan, test-connect, move.
 pub async fn tick(pool: &Pool) {
-    let Some(m) = pool.rebalance_plan() else {
+    let Some(m) = pool.rebalance().plan() else {
         return;
     };
     let timeout = pool.config().connect_timeout;
@@ -43,5 +43,5 @@ pub async fn tick(pool: &Pool) {
             return;
         }
     }
-    pool.rebalance_move(&m);
+    pool.rebalance().make(&m);
 }

@@ -83,7 +83,7 @@ fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 6] {
     });
     // A balanced pool: the tick asks for a plan and gets none.
     let tick = time_per_op(budget, || {
-        black_box(pool.rebalance_plan());
+        black_box(pool.rebalance().plan());
     });
     let loads = loads(backends, conns);
     let plan = time_per_op(budget, || {
