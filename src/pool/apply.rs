@@ -216,129 +216,6 @@ impl Pool {
         }
     }
 
-    /// The epoch of `backend` now; a probe passes it back to
-    /// [`Pool::apply_probe`] so a result that raced a manual change is dropped.
-    pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {
-        let mut backends = self.backends();
-        Pool::find(&mut backends.active, backend).map(|b| b.health.epoch)
-    }
-
-    /// True when `backend`'s quarantine window ended (or was released) after
-    /// `since` and is over at `now`: the probes that bring it back are due.
-    pub fn window_ended_since(&self, backend: BackendId, since: Instant, now: Instant) -> bool {
-        let mut backends = self.backends();
-        Pool::find(&mut backends.active, backend)
-            .and_then(|b| b.health.quarantine)
-            .is_some_and(|q| since < q.until && q.until <= now)
-    }
-
-    /// True when `backend`'s claim of `height` must be proven (see
-    /// [`lag::needs_proof`]).
-    pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {
-        let rule = rule(&self.config());
-        let backends = self.backends();
-        lag::needs_proof(height, &claims(&backends.active, backend), rule)
-    }
-
-    /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
-    pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
-        let config = self.config();
-        let mut backends = self.backends();
-        // Only a height is weighed against the others' (a walk over them all).
-        let others = match report.height {
-            Some(_) => claims(&backends.active, backend),
-            None => Vec::new(),
-        };
-        let stall = config.health.stall_timeout.and_then(|timeout| {
-            stall::sample(&mut backends.active, now);
-            stall::stalled(
-                &backends.active,
-                backend,
-                now,
-                timeout,
-                config.health.stall_rule,
-            )
-        });
-        let Some(b) = Pool::find(&mut backends.active, backend) else {
-            return;
-        };
-        if b.health.epoch != epoch {
-            debug!(pool = %self.name, backend = %b.config.name, "probe_stale");
-            return;
-        }
-        if report.height.is_some() {
-            b.height = report.height;
-            b.proven = report.proof == Proof::Proven;
-        } else if !reads_height(config.health.probe) {
-            // The probe kind changed (a reload) to one that reads none: an
-            // old height would be shown, and weighed, for good.
-            b.height = None;
-            b.proven = false;
-        }
-        let rule = rule(&config);
-        let max_lag = rule.max_lag;
-        let mut detail = None;
-        // Its own headers say the claim is false: lying or broken.
-        let contradicted = match (report.height, &report.proof) {
-            (Some(h), Proof::Contradicted(why)) => {
-                Some(format!("height {h} contradicted by its own headers: {why}"))
-            }
-            _ => None,
-        };
-        let outcome = match report.verdict {
-            Verdict::Healthy if contradicted.is_some() => {
-                detail = contradicted;
-                ProbeOutcome::Unhealthy
-            }
-            Verdict::Healthy => match report
-                .height
-                .map(|h| (h, lag::judge(h, own(&report.proof), &others, rule)))
-            {
-                Some((h, Judgement::Lagging { reference })) => {
-                    detail = Some(lag_detail::lagging(h, reference, max_lag));
-                    ProbeOutcome::Lagging
-                }
-                Some((h, Judgement::Unproven { lowest_other })) => {
-                    detail = Some(unproven(h, lowest_other, max_lag, &report.proof));
-                    ProbeOutcome::Unknown
-                }
-                Some((_, Judgement::Fine)) | None => ProbeOutcome::Healthy,
-            },
-            Verdict::Unknown => ProbeOutcome::Unknown,
-            Verdict::Unhealthy => ProbeOutcome::Unhealthy,
-            Verdict::Down => ProbeOutcome::Down,
-        };
-        // A probe that passes does not outweigh what its clients see.
-        let outcome = match (outcome, stall) {
-            (ProbeOutcome::Healthy | ProbeOutcome::Unknown, Some(why)) => {
-                detail = Some(why);
-                ProbeOutcome::Stalled
-            }
-            (outcome, _) => outcome,
-        };
-        b.stats.probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
-        let detail = detail.unwrap_or_else(|| report.detail.clone());
-        if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
-            info!(
-                pool = %self.name, backend = %b.config.name, outcome = outcome.as_str(),
-                height = report.height, detail = detail.as_str(), "probe"
-            );
-        }
-        b.last_probe = Some(ProbeRecord {
-            at: SystemTime::now(),
-            outcome,
-            detail,
-        });
-        let was_usable = b.health.is_usable();
-        let before = kept(&b.health);
-        let effect = b.health.probe(outcome, now, &Policy::of(&config));
-        self.note(before, &b.health);
-        let changed = self.report(b, effect) || was_usable != b.health.is_usable();
-        if changed {
-            self.drain(&mut backends, &config);
-        }
-    }
-
     /// Put the backend named `name` into maintenance for exactly `window`.
     /// Returns how many of its connections the last-leg rule keeps: when
     /// no other backend of the pool is usable they stay (logged as
@@ -421,6 +298,145 @@ impl Pool {
                 info!(pool = %self.name, backend = %b.config.name, height = b.height, "released");
                 true
             }
+        }
+    }
+}
+
+/// A pool's side of its probes: the epoch a probe starts in, whether a
+/// claim needs proof, and the report applied.
+#[derive(Clone, Copy)]
+pub struct Probing<'a> {
+    pool: &'a Pool,
+}
+
+impl Pool {
+    /// This pool's side of its probes.
+    pub fn probing(&self) -> Probing<'_> {
+        Probing { pool: self }
+    }
+}
+
+impl Probing<'_> {
+    /// The epoch of `backend` now; a probe passes it back to
+    /// [`Probing::apply_probe`] so a result that raced a manual change is dropped.
+    pub fn epoch_of(&self, backend: BackendId) -> Option<u64> {
+        let mut backends = self.pool.backends();
+        Pool::find(&mut backends.active, backend).map(|b| b.health.epoch)
+    }
+
+    /// True when `backend`'s quarantine window ended (or was released) after
+    /// `since` and is over at `now`: the probes that bring it back are due.
+    pub fn window_ended_since(&self, backend: BackendId, since: Instant, now: Instant) -> bool {
+        let mut backends = self.pool.backends();
+        Pool::find(&mut backends.active, backend)
+            .and_then(|b| b.health.quarantine)
+            .is_some_and(|q| since < q.until && q.until <= now)
+    }
+
+    /// True when `backend`'s claim of `height` must be proven (see
+    /// [`lag::needs_proof`]).
+    pub fn needs_proof(&self, backend: BackendId, height: u64) -> bool {
+        let rule = rule(&self.pool.config());
+        let backends = self.pool.backends();
+        lag::needs_proof(height, &claims(&backends.active, backend), rule)
+    }
+
+    /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
+    pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
+        let config = self.pool.config();
+        let mut backends = self.pool.backends();
+        // Only a height is weighed against the others' (a walk over them all).
+        let others = match report.height {
+            Some(_) => claims(&backends.active, backend),
+            None => Vec::new(),
+        };
+        let stall = config.health.stall_timeout.and_then(|timeout| {
+            stall::sample(&mut backends.active, now);
+            stall::stalled(
+                &backends.active,
+                backend,
+                now,
+                timeout,
+                config.health.stall_rule,
+            )
+        });
+        let Some(b) = Pool::find(&mut backends.active, backend) else {
+            return;
+        };
+        if b.health.epoch != epoch {
+            debug!(pool = %self.pool.name, backend = %b.config.name, "probe_stale");
+            return;
+        }
+        if report.height.is_some() {
+            b.height = report.height;
+            b.proven = report.proof == Proof::Proven;
+        } else if !reads_height(config.health.probe) {
+            // The probe kind changed (a reload) to one that reads none: an
+            // old height would be shown, and weighed, for good.
+            b.height = None;
+            b.proven = false;
+        }
+        let rule = rule(&config);
+        let max_lag = rule.max_lag;
+        let mut detail = None;
+        // Its own headers say the claim is false: lying or broken.
+        let contradicted = match (report.height, &report.proof) {
+            (Some(h), Proof::Contradicted(why)) => {
+                Some(format!("height {h} contradicted by its own headers: {why}"))
+            }
+            _ => None,
+        };
+        let outcome = match report.verdict {
+            Verdict::Healthy if contradicted.is_some() => {
+                detail = contradicted;
+                ProbeOutcome::Unhealthy
+            }
+            Verdict::Healthy => match report
+                .height
+                .map(|h| (h, lag::judge(h, own(&report.proof), &others, rule)))
+            {
+                Some((h, Judgement::Lagging { reference })) => {
+                    detail = Some(lag_detail::lagging(h, reference, max_lag));
+                    ProbeOutcome::Lagging
+                }
+                Some((h, Judgement::Unproven { lowest_other })) => {
+                    detail = Some(unproven(h, lowest_other, max_lag, &report.proof));
+                    ProbeOutcome::Unknown
+                }
+                Some((_, Judgement::Fine)) | None => ProbeOutcome::Healthy,
+            },
+            Verdict::Unknown => ProbeOutcome::Unknown,
+            Verdict::Unhealthy => ProbeOutcome::Unhealthy,
+            Verdict::Down => ProbeOutcome::Down,
+        };
+        // A probe that passes does not outweigh what its clients see.
+        let outcome = match (outcome, stall) {
+            (ProbeOutcome::Healthy | ProbeOutcome::Unknown, Some(why)) => {
+                detail = Some(why);
+                ProbeOutcome::Stalled
+            }
+            (outcome, _) => outcome,
+        };
+        b.stats.probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        let detail = detail.unwrap_or_else(|| report.detail.clone());
+        if b.last_probe.as_ref().is_none_or(|p| p.outcome != outcome) {
+            info!(
+                pool = %self.pool.name, backend = %b.config.name, outcome = outcome.as_str(),
+                height = report.height, detail = detail.as_str(), "probe"
+            );
+        }
+        b.last_probe = Some(ProbeRecord {
+            at: SystemTime::now(),
+            outcome,
+            detail,
+        });
+        let was_usable = b.health.is_usable();
+        let before = kept(&b.health);
+        let effect = b.health.probe(outcome, now, &Policy::of(&config));
+        self.pool.note(before, &b.health);
+        let changed = self.pool.report(b, effect) || was_usable != b.health.is_usable();
+        if changed {
+            self.pool.drain(&mut backends, &config);
         }
     }
 }

@@ -143,9 +143,11 @@ impl Bench {
     /// Apply one probe verdict to `name` now.
     fn probe(&mut self, name: &str, verdict: Verdict) {
         let id = self.id(name);
-        let epoch = self.pool.epoch_of(id).unwrap();
+        let epoch = self.pool.probing().epoch_of(id).unwrap();
         let report = Report::new(verdict, "test");
-        self.pool.apply_probe(id, &report, epoch, Instant::now());
+        self.pool
+            .probing()
+            .apply_probe(id, &report, epoch, Instant::now());
         self.look();
     }
 

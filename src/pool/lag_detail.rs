@@ -40,12 +40,13 @@ mod tests {
     /// outcome and detail.
     fn probe(pool: &Pool, name: &str, height: u64) -> (ProbeOutcome, String) {
         let b = id(pool, name);
-        let epoch = pool.epoch_of(b).unwrap();
+        let epoch = pool.probing().epoch_of(b).unwrap();
         let report = Report {
             proof: Proof::Proven,
             ..Report::with_height(Verdict::Healthy, height, format!("height {height}"))
         };
-        pool.apply_probe(b, &report, epoch, Instant::now());
+        pool.probing()
+            .apply_probe(b, &report, epoch, Instant::now());
         let snap = pool.overview();
         let p = snap.backends.iter().find(|x| x.name == name).unwrap();
         let p = p.last_probe.clone().unwrap();

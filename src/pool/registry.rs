@@ -595,9 +595,10 @@ mod tests {
         // A client's connect to B failed first, then a probe found A down.
         let t0 = Instant::now();
         pool.record_connect(b, t0, false);
-        let epoch = pool.epoch_of(a).unwrap();
+        let epoch = pool.probing().epoch_of(a).unwrap();
         let down = Report::new(Verdict::Down, "refused");
-        pool.apply_probe(a, &down, epoch, t0 + std::time::Duration::from_secs(1));
+        pool.probing()
+            .apply_probe(a, &down, epoch, t0 + std::time::Duration::from_secs(1));
         assert!(
             pool.overview()
                 .backends
@@ -619,7 +620,7 @@ mod tests {
         let a = pool.backends().active[0].id;
         // Read by an earlier probe kind; the pool probes `connect` now.
         pool.backends().active[0].height = Some(100);
-        pool.apply_probe(
+        pool.probing().apply_probe(
             a,
             &Report::new(Verdict::Healthy, "connected"),
             0,

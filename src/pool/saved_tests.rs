@@ -36,8 +36,9 @@ fn id(pool: &Pool, name: &str) -> u64 {
 /// A `down` probe of `name` applied at `now`.
 fn down(pool: &Pool, name: &str, now: Instant) {
     let b = id(pool, name);
-    let epoch = pool.epoch_of(b).unwrap();
-    pool.apply_probe(b, &Report::new(Verdict::Down, "refused"), epoch, now);
+    let epoch = pool.probing().epoch_of(b).unwrap();
+    pool.probing()
+        .apply_probe(b, &Report::new(Verdict::Down, "refused"), epoch, now);
 }
 
 fn saved<'a>(all: &'a [SavedBackend], name: &str) -> &'a SavedBackend {
@@ -110,7 +111,7 @@ fn windows_and_strikes_survive_a_round_trip_through_json() {
 fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
     let pool = pool();
     let a = id(&pool, "a");
-    let epoch = pool.epoch_of(a).unwrap();
+    let epoch = pool.probing().epoch_of(a).unwrap();
     let window = QuarantineSnapshot {
         until: SystemTime::now() + Duration::from_secs(300),
         reason: QuarantineReason::Manual,
@@ -133,7 +134,7 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
     }
     // A probe that started before the restore is dropped.
     let healthy = Report::new(Verdict::Healthy, "ok");
-    pool.apply_probe(
+    pool.probing().apply_probe(
         a,
         &healthy,
         epoch,

@@ -71,8 +71,8 @@ fn id(pool: &Pool, name: &str) -> BackendId {
 /// A passing probe of `name` now; its outcome as recorded.
 fn probe(pool: &Pool, name: &str) -> (ProbeOutcome, String) {
     let b = id(pool, name);
-    let epoch = pool.epoch_of(b).unwrap();
-    pool.apply_probe(
+    let epoch = pool.probing().epoch_of(b).unwrap();
+    pool.probing().apply_probe(
         b,
         &Report::new(Verdict::Healthy, "connected"),
         epoch,
@@ -184,8 +184,8 @@ async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
     probe(&pool, "a");
     run(&pool, &a, &b, 11, false).await;
     let ida = id(&pool, "a");
-    let epoch = pool.epoch_of(ida).unwrap();
-    pool.apply_probe(
+    let epoch = pool.probing().epoch_of(ida).unwrap();
+    pool.probing().apply_probe(
         ida,
         &Report::new(Verdict::Down, "refused"),
         epoch,

@@ -59,7 +59,7 @@ impl Subs {
     fn window_ended_since(&self, since: Instant, now: Instant) -> bool {
         lock(&self.list).iter().any(|(pool, id)| {
             pool.upgrade()
-                .is_some_and(|p| p.window_ended_since(*id, since, now))
+                .is_some_and(|p| p.probing().window_ended_since(*id, since, now))
         })
     }
 }
@@ -195,7 +195,7 @@ impl Prober {
                 };
                 let now = Instant::now();
                 for (pool, id, epoch) in live {
-                    pool.apply_probe(id, &report, epoch, now);
+                    pool.probing().apply_probe(id, &report, epoch, now);
                 }
             }
             if !self.wait_next(&key, &subs, started).await {
@@ -236,7 +236,7 @@ impl Prober {
         let mut list = lock(&subs.list);
         list.retain(|(pool, id)| {
             pool.upgrade()
-                .is_some_and(|p| !p.token.is_cancelled() && p.epoch_of(*id).is_some())
+                .is_some_and(|p| !p.token.is_cancelled() && p.probing().epoch_of(*id).is_some())
         });
         if list.is_empty() {
             probes.remove(key);
@@ -246,7 +246,7 @@ impl Prober {
             list.iter()
                 .filter_map(|(pool, id)| {
                     let pool = pool.upgrade()?;
-                    let epoch = pool.epoch_of(*id)?;
+                    let epoch = pool.probing().epoch_of(*id)?;
                     Some((pool, *id, epoch))
                 })
                 .collect(),
@@ -266,7 +266,10 @@ impl Prober {
         Box::pin(async move {
             let (addr, timeout) = (key.addr.as_str(), key.timeout);
             // A claim is proven only when some pool would act on it.
-            let wanted = |height: u64| live.iter().any(|(p, id, _)| p.needs_proof(*id, height));
+            let wanted = |height: u64| {
+                live.iter()
+                    .any(|(p, id, _)| p.probing().needs_proof(*id, height))
+            };
             let chain = self.chain(key.network);
             let proving = chain.as_deref().map(|chain| Proving {
                 chain,

@@ -451,13 +451,15 @@ fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
     let pool = honest_and_liar();
     let (a, liar) = (0, 1);
     // The liar's version arrives while `a` has no height: no proof wanted.
-    assert!(!pool.needs_proof(liar, LIAR));
+    assert!(!pool.probing().needs_proof(liar, LIAR));
     // Then `a`'s first result lands, then the liar's.
     let now = Instant::now();
     let honest = Report::with_height(Verdict::Healthy, 20, "height 20");
-    pool.apply_probe(a, &honest, pool.epoch_of(a).unwrap(), now);
+    pool.probing()
+        .apply_probe(a, &honest, pool.probing().epoch_of(a).unwrap(), now);
     let claim = Report::with_height(Verdict::Healthy, LIAR, format!("height {LIAR}"));
-    pool.apply_probe(liar, &claim, pool.epoch_of(liar).unwrap(), now);
+    pool.probing()
+        .apply_probe(liar, &claim, pool.probing().epoch_of(liar).unwrap(), now);
     let status = pin_proxy::inspect::status(&pool);
     let probe = status.backends[1].last_probe.as_ref().unwrap();
     assert_eq!(probe.outcome, ProbeOutcome::Unknown);
@@ -470,7 +472,7 @@ fn a_claim_judged_before_its_proof_was_wanted_says_no_headers_were_checked() {
         probe.detail
     );
     // The next probe of the liar is asked to prove its claim.
-    assert!(pool.needs_proof(liar, LIAR));
+    assert!(pool.probing().needs_proof(liar, LIAR));
 }
 
 /// A claim its own headers contradict is `unhealthy`, saying why; one
@@ -481,7 +483,8 @@ fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
     let (a, liar) = (0, 1);
     let now = Instant::now();
     let honest = Report::with_height(Verdict::Healthy, 20, "height 20");
-    pool.apply_probe(a, &honest, pool.epoch_of(a).unwrap(), now);
+    pool.probing()
+        .apply_probe(a, &honest, pool.probing().epoch_of(a).unwrap(), now);
     let claim = |proof| Report {
         proof,
         ..Report::with_height(Verdict::Healthy, LIAR, format!("height {LIAR}"))
@@ -494,7 +497,12 @@ fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
     };
     let why = "headers end at height 20, below the claimed 2000000000";
     let contradicted = claim(Proof::Contradicted(why.into()));
-    pool.apply_probe(liar, &contradicted, pool.epoch_of(liar).unwrap(), now);
+    pool.probing().apply_probe(
+        liar,
+        &contradicted,
+        pool.probing().epoch_of(liar).unwrap(),
+        now,
+    );
     let probe = last(&pool);
     assert_eq!(probe.outcome, ProbeOutcome::Unhealthy);
     assert_eq!(
@@ -503,7 +511,12 @@ fn a_contradicted_claim_is_unhealthy_and_one_cut_short_is_unknown() {
     );
     let why = "headers for height 2000000000 did not arrive in time";
     let cut_short = claim(Proof::Unproven(why.into()));
-    pool.apply_probe(liar, &cut_short, pool.epoch_of(liar).unwrap(), now);
+    pool.probing().apply_probe(
+        liar,
+        &cut_short,
+        pool.probing().epoch_of(liar).unwrap(),
+        now,
+    );
     let probe = last(&pool);
     assert_eq!(probe.outcome, ProbeOutcome::Unknown);
     assert!(probe.detail.ends_with(why), "{}", probe.detail);
