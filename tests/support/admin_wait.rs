@@ -42,20 +42,9 @@ pub async fn wait_status<R>(
     source: impl StatusSource,
     what: &str,
     timeout: Duration,
-    mut f: impl FnMut(&Value) -> Option<R>,
+    f: impl FnMut(&Value) -> Option<R>,
 ) -> R {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let status = source.status().await;
-        if let Some(found) = f(&status) {
-            return found;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; the last /status:\n{status}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    poll(|| source.status(), "/status", what, timeout, f).await
 }
 
 /// Read `/metrics` from the admin endpoint at `admin` until `f` gives an
@@ -65,17 +54,29 @@ pub async fn wait_metrics<R>(
     admin: SocketAddr,
     what: &str,
     timeout: Duration,
-    mut f: impl FnMut(&Metrics) -> Option<R>,
+    f: impl FnMut(&Metrics) -> Option<R>,
+) -> R {
+    poll(|| admin_http::metrics(admin), "/metrics", what, timeout, f).await
+}
+
+/// Read a `document` with `read` every [`POLL`] until `f` gives an answer.
+/// The admin documents have no change feed, so a wait reads them again.
+async fn poll<D: std::fmt::Display, R, Fut: Future<Output = D>>(
+    read: impl Fn() -> Fut,
+    document: &str,
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut(&D) -> Option<R>,
 ) -> R {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let metrics = admin_http::metrics(admin).await;
-        if let Some(found) = f(&metrics) {
+        let answer = read().await;
+        if let Some(found) = f(&answer) {
             return found;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; the last /metrics:\n{metrics}"
+            "timed out waiting for {what}; the last {document}:\n{answer}"
         );
         tokio::time::sleep(POLL).await;
     }
