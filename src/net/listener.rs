@@ -170,7 +170,7 @@ fn admit(
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
     let reject = |reason: Refusal| {
-        pool.count_rejected(reason);
+        pool.gate().count_rejected(reason);
         let (tracker, token) = (&shared.tracker, &pool.token);
         shared
             .rejects
@@ -180,7 +180,7 @@ fn admit(
         reject(Refusal::AllowList);
         return;
     }
-    let admission = match pool.admit_from(peer.ip()) {
+    let admission = match pool.gate().admit_from(peer.ip()) {
         Ok(admission) => admission,
         Err(refusal) => return reject(refusal),
     };

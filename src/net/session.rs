@@ -124,7 +124,7 @@ pub fn resume(
     };
     let admission = (pool.upgrade().admit(peer.ip()), slot);
     let Some((lease, target)) = pool.upgrade().take_conn(conn, entry, &name, &addr) else {
-        pool.count_closed(None, CloseReason::BackendRemoved);
+        pool.legs().count_closed(None, CloseReason::BackendRemoved);
         info!(
             pool = %pool.name, backend = %name, conn, client = %peer,
             bytes_up = state.up.moved, bytes_down = state.down.moved,
@@ -175,7 +175,7 @@ pub fn resume(
 
 /// What the end of a splice needs to know about its connection.
 struct Ends<'a> {
-    pool: &'a Pool,
+    pool: &'a Arc<Pool>,
     target: &'a Target,
     conn: ConnId,
     peer: SocketAddr,
@@ -216,7 +216,7 @@ impl Ends<'_> {
             drop(held);
             drop(sockets);
         }
-        pool.count_closed(Some(&target.stats), out.reason);
+        pool.legs().count_closed(Some(&target.stats), out.reason);
         let closed = Closed {
             backend: Some(&target.config.name),
             conn,
@@ -267,7 +267,7 @@ const CLOSED_AT_ONCE: Duration = Duration::from_secs(2);
 /// Tell the pool when the backend refused this client (closed it at once
 /// with nothing sent), or served one after refusing others.
 fn judge_ending(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     target: &Target,
     out: &splice::Outcome,
     started: Instant,
@@ -275,9 +275,10 @@ fn judge_ending(
 ) {
     let by_backend = out.reason.by_backend();
     if by_backend && out.bytes_down == 0 && started.elapsed() < CLOSED_AT_ONCE {
-        pool.record_closed_at_once(target.id, started, peer.ip());
+        pool.legs()
+            .record_closed_at_once(target.id, started, peer.ip());
     } else if out.bytes_down > 0 && target.stats.closing_at_once.load(Ordering::Relaxed) {
-        pool.record_served(target.id);
+        pool.legs().record_served(target.id);
     }
 }
 
@@ -307,7 +308,7 @@ async fn open(
         match connect_some(pool, conn, peer, &entry, config.connect_timeout).await {
             Ok(leg) => leg,
             Err(reason) => {
-                pool.count_closed(None, reason);
+                pool.legs().count_closed(None, reason);
                 let closed = Closed {
                     backend: None,
                     conn,
@@ -348,6 +349,7 @@ async fn connect_some(
     let mut tried: Vec<BackendId> = Vec::new();
     loop {
         let (lease, target) = pool
+            .legs()
             .reserve(conn, entry.clone(), &tried)
             .ok_or(CloseReason::NoBackend)?;
         tried.push(target.id);
@@ -358,8 +360,11 @@ async fn connect_some(
         };
         match result {
             Ok(stream) => {
-                if pool.splice_if_wanted(target.id, target.usable, &entry.closer) {
-                    pool.record_connect(target.id, attempt, true);
+                if pool
+                    .legs()
+                    .splice_if_wanted(target.id, target.usable, &entry.closer)
+                {
+                    pool.legs().record_connect(target.id, attempt, true);
                     debug!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
                     return Ok((lease, target, stream));
                 }
@@ -369,7 +374,7 @@ async fn connect_some(
             }
             Err(ConnectError::SelfLoop { to, .. }) => {
                 drop(lease);
-                pool.record_self_loop(target.id, to);
+                pool.legs().record_self_loop(target.id, to);
             }
             Err(err) if err.is_local() => {
                 log_failure(pool, &target, conn, peer, &err);
@@ -377,7 +382,7 @@ async fn connect_some(
             }
             Err(err) => {
                 drop(lease);
-                pool.record_connect(target.id, attempt, false);
+                pool.legs().record_connect(target.id, attempt, false);
                 log_failure(pool, &target, conn, peer, &err);
             }
         }

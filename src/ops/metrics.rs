@@ -225,7 +225,7 @@ pub fn render(pools: &[Arc<Pool>], process: &Process) -> Result<String, std::fmt
         families.budget_used.set(saturate(used as u64));
     }
     for pool in pools {
-        let snap = pool.overview();
+        let snap = pool.view().overview();
         let pool_labels = PoolLabels {
             pool: snap.name.clone(),
         };
@@ -241,7 +241,7 @@ pub fn render(pools: &[Arc<Pool>], process: &Process) -> Result<String, std::fmt
             .pool_limit
             .get_or_create(&pool_labels)
             .set(saturate(pool.config().max_connections as u64));
-        add_ends(&families, &snap.name, &pool.ends());
+        add_ends(&families, &snap.name, &pool.view().ends());
         for b in &snap.backends {
             add(&families, &snap, b);
         }
@@ -405,8 +405,8 @@ mod tests {
     #[test]
     fn refusals_ends_build_and_budget_are_reported() {
         let pool = pool();
-        pool.count_rejected(Refusal::MaxConnections);
-        pool.count_closed(None, CloseReason::NoBackend);
+        pool.gate().count_rejected(Refusal::MaxConnections);
+        pool.legs().count_closed(None, CloseReason::NoBackend);
         let text = render(&[pool], &process()).expect("render");
         for line in [
             "pin_proxy_rejected_total{pool=\"p\",reason=\"max_connections\"} 1",

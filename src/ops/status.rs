@@ -128,10 +128,10 @@ pub struct ProbeStatus {
     pub detail: String,
 }
 
-/// Copy out `pool`'s status (from an [`overview`](Pool::overview): one
+/// Copy out `pool`'s status (from an [`overview`](crate::pool::snapshot::PoolView::overview): one
 /// lock, O(backends)).
 pub fn of_pool(pool: &Pool) -> PoolStatus {
-    PoolStatus::of(&pool.overview(), &Policy::of(&pool.config()))
+    PoolStatus::of(&pool.view().overview(), &Policy::of(&pool.config()))
 }
 
 impl PoolStatus {

@@ -80,37 +80,52 @@ impl Admission {
     }
 }
 
+/// A pool's gate: admits clients against its limits and counts the ones
+/// it refuses.
+#[derive(Clone, Copy)]
+pub struct Gate<'a> {
+    pool: &'a Arc<Pool>,
+}
+
 impl Pool {
+    /// This pool's gate.
+    pub fn gate(self: &Arc<Self>) -> Gate<'_> {
+        Gate { pool: self }
+    }
+}
+
+impl Gate<'_> {
     /// Admit a client from `peer`: below `max_connections`, and below
     /// `max_connections_per_source` for its address when that is set.
     ///
     /// # Errors
     /// Which limit it is at.
-    pub fn admit_from(self: &Arc<Self>, peer: IpAddr) -> Result<Admission, Refusal> {
-        let per_source = self.config().max_connections_per_source;
+    pub fn admit_from(&self, peer: IpAddr) -> Result<Admission, Refusal> {
+        let pool = self.pool;
+        let per_source = pool.config().max_connections_per_source;
         if !self.take_place() {
             return Err(Refusal::MaxConnections);
         }
         let Some(limit) = per_source else {
             return Ok(Admission {
-                pool: self.clone(),
+                pool: pool.clone(),
                 source: None,
             });
         };
         let key = source_of(peer);
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sources = pool.sources.lock().unwrap_or_else(|e| e.into_inner());
         let n = sources.entry(key).or_insert(0);
         if *n >= limit {
             if *n == 0 {
                 sources.remove(&key);
             }
             drop(sources);
-            self.clients.fetch_sub(1, Ordering::AcqRel);
+            pool.clients.fetch_sub(1, Ordering::AcqRel);
             return Err(Refusal::PerSource);
         }
         *n += 1;
         Ok(Admission {
-            pool: self.clone(),
+            pool: pool.clone(),
             source: Some(Box::new(key)),
         })
     }
@@ -118,13 +133,19 @@ impl Pool {
     /// Live clients from `peer`'s source address (0 while no per-source
     /// limit is set).
     pub fn clients_from(&self, peer: IpAddr) -> usize {
-        let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let sources = self.pool.sources.lock().unwrap_or_else(|e| e.into_inner());
         sources.get(&source_of(peer)).copied().unwrap_or(0)
     }
 
+    /// A client was refused at accept for `reason` (the `rejected` event's).
+    pub fn count_rejected(&self, reason: Refusal) {
+        self.pool.tally.count_rejected(reason);
+    }
+
     fn take_place(&self) -> bool {
-        let max = self.config().max_connections;
-        self.clients
+        let max = self.pool.config().max_connections;
+        self.pool
+            .clients
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
@@ -168,48 +189,50 @@ mod tests {
     #[test]
     fn one_source_is_held_to_its_limit_and_gets_its_places_back() {
         let pool = pool("    max_connections_per_source: 2\n");
-        let a = pool.admit_from(ip("10.0.0.1")).unwrap();
-        let _b = pool.admit_from(ip("10.0.0.1")).unwrap();
+        let a = pool.gate().admit_from(ip("10.0.0.1")).unwrap();
+        let _b = pool.gate().admit_from(ip("10.0.0.1")).unwrap();
         assert_eq!(
-            pool.admit_from(ip("10.0.0.1")).unwrap_err(),
+            pool.gate().admit_from(ip("10.0.0.1")).unwrap_err(),
             Refusal::PerSource
         );
         // The mapped form is the same client.
         assert_eq!(
-            pool.admit_from(ip("::ffff:10.0.0.1")).unwrap_err(),
+            pool.gate().admit_from(ip("::ffff:10.0.0.1")).unwrap_err(),
             Refusal::PerSource
         );
-        let _c = pool.admit_from(ip("10.0.0.2")).unwrap();
-        assert_eq!(pool.clients(), 3, "a refusal takes no place");
+        let _c = pool.gate().admit_from(ip("10.0.0.2")).unwrap();
+        assert_eq!(pool.view().clients(), 3, "a refusal takes no place");
         drop(a);
-        assert_eq!(pool.clients_from(ip("10.0.0.1")), 1);
-        let _d = pool.admit_from(ip("10.0.0.1")).unwrap();
+        assert_eq!(pool.gate().clients_from(ip("10.0.0.1")), 1);
+        let _d = pool.gate().admit_from(ip("10.0.0.1")).unwrap();
     }
 
     #[test]
     fn ipv6_clients_count_by_their_64() {
         let pool = pool("    max_connections_per_source: 1\n");
-        let _a = pool.admit_from(ip("2001:db8:1:2::1")).unwrap();
+        let _a = pool.gate().admit_from(ip("2001:db8:1:2::1")).unwrap();
         assert_eq!(
-            pool.admit_from(ip("2001:db8:1:2:ffff::9")).unwrap_err(),
+            pool.gate()
+                .admit_from(ip("2001:db8:1:2:ffff::9"))
+                .unwrap_err(),
             Refusal::PerSource
         );
-        let _b = pool.admit_from(ip("2001:db8:1:3::1")).unwrap();
+        let _b = pool.gate().admit_from(ip("2001:db8:1:3::1")).unwrap();
     }
 
     #[test]
     fn the_pool_limit_comes_first_and_no_limit_counts_nothing() {
         let pool = pool("");
         let held: Vec<_> = (0..5)
-            .map(|_| pool.admit_from(ip("10.0.0.1")).unwrap())
+            .map(|_| pool.gate().admit_from(ip("10.0.0.1")).unwrap())
             .collect();
         assert_eq!(
-            pool.admit_from(ip("10.0.0.9")).unwrap_err(),
+            pool.gate().admit_from(ip("10.0.0.9")).unwrap_err(),
             Refusal::MaxConnections
         );
-        assert_eq!(pool.clients_from(ip("10.0.0.1")), 0);
+        assert_eq!(pool.gate().clients_from(ip("10.0.0.1")), 0);
         drop(held);
-        assert_eq!(pool.clients(), 0);
+        assert_eq!(pool.view().clients(), 0);
     }
 
     #[test]
@@ -217,7 +240,7 @@ mod tests {
         let pool = pool("    max_connections_per_source: 1\n");
         let _handed = pool.upgrade().admit(ip("10.0.0.1"));
         assert_eq!(
-            pool.admit_from(ip("10.0.0.1")).unwrap_err(),
+            pool.gate().admit_from(ip("10.0.0.1")).unwrap_err(),
             Refusal::PerSource
         );
     }

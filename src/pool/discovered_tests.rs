@@ -46,7 +46,8 @@ fn found(last: u8) -> Found {
 }
 
 fn names(pool: &Pool) -> Vec<String> {
-    pool.overview()
+    pool.view()
+        .overview()
         .backends
         .into_iter()
         .map(|b| b.name)
@@ -61,8 +62,11 @@ fn connect(pool: &Arc<Pool>, id: u64) -> (Arc<Closer>, Lease, String) {
         started: SystemTime::now(),
         closer: closer.clone(),
     };
-    let (lease, target) = pool.reserve(id, entry, &[]).unwrap();
-    assert!(pool.splice_if_wanted(target.id, target.usable, &closer));
+    let (lease, target) = pool.legs().reserve(id, entry, &[]).unwrap();
+    assert!(
+        pool.legs()
+            .splice_if_wanted(target.id, target.usable, &closer)
+    );
     (closer, lease, target.config.name.clone())
 }
 
@@ -82,7 +86,7 @@ async fn members_join_unknown_after_the_static_backends() {
         names(&pool),
         ["s", "ltc/127.0.0.2:9333", "ltc/127.0.0.3:9333"]
     );
-    let snap = pool.overview();
+    let snap = pool.view().overview();
     let member = &snap.backends[1];
     assert_eq!(member.state, State::Unknown);
     assert_eq!(member.addr, "127.0.0.2:9333");
@@ -107,7 +111,9 @@ async fn a_member_missing_for_hold_is_removed_and_drained() {
     pool.discovery()
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
-    pool.quarantine("s", Duration::from_secs(3600)).unwrap();
+    pool.operator()
+        .quarantine("s", Duration::from_secs(3600))
+        .unwrap();
     // One connection on each member.
     let (c1, _l1, on1) = connect(&pool, 1);
     let (c2, _l2, on2) = connect(&pool, 2);
@@ -150,8 +156,11 @@ async fn the_last_usable_leg_is_kept_when_its_member_goes() {
     pool.discovery()
         .apply_lookup("ltc", vec![found(2), found(4)], Instant::now())
         .unwrap();
-    pool.quarantine("s", Duration::from_secs(3600)).unwrap();
-    pool.quarantine("ltc/127.0.0.4:9333", Duration::from_secs(3600))
+    pool.operator()
+        .quarantine("s", Duration::from_secs(3600))
+        .unwrap();
+    pool.operator()
+        .quarantine("ltc/127.0.0.4:9333", Duration::from_secs(3600))
         .unwrap();
     let (closer, _lease, on) = connect(&pool, 1);
     assert_eq!(on, "ltc/127.0.0.2:9333");
@@ -177,7 +186,8 @@ async fn a_member_back_within_hold_keeps_its_connections_and_record() {
     pool.discovery()
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
-    pool.quarantine("ltc/127.0.0.3:9333", Duration::from_secs(3600))
+    pool.operator()
+        .quarantine("ltc/127.0.0.3:9333", Duration::from_secs(3600))
         .unwrap();
     let (closer, _lease, on) = connect(&pool, 1);
     assert_eq!(on, "s");
@@ -193,7 +203,7 @@ async fn a_member_back_within_hold_keeps_its_connections_and_record() {
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
     assert_eq!((c.added.len(), c.removed), (0, 0), "it never left");
-    let snap = pool.overview();
+    let snap = pool.view().overview();
     let b3 = snap
         .backends
         .iter()
@@ -238,14 +248,15 @@ async fn a_reload_that_keeps_the_entry_keeps_its_members() {
     pool.discovery()
         .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
-    pool.quarantine("ltc/127.0.0.2:9333", Duration::from_secs(3600))
+    pool.operator()
+        .quarantine("ltc/127.0.0.2:9333", Duration::from_secs(3600))
         .unwrap();
     // Same entry, now a backup; another static backend.
     pool.reconfigure(config(
         "{ name: s, addr: \"static.invalid:9\" }, { name: t, addr: \"t.invalid:9\" }, \
          { name: ltc, discover: \"nodes.test:9333\", backup: true }",
     ));
-    let snap = pool.overview();
+    let snap = pool.view().overview();
     let m = snap
         .backends
         .iter()
@@ -266,7 +277,8 @@ async fn an_upgrade_carries_members_with_their_records() {
     old.discovery()
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now())
         .unwrap();
-    old.quarantine("ltc/127.0.0.3:9333", Duration::from_secs(3600))
+    old.operator()
+        .quarantine("ltc/127.0.0.3:9333", Duration::from_secs(3600))
         .unwrap();
     time::advance(Duration::from_secs(4)).await;
     old.discovery()
@@ -281,7 +293,7 @@ async fn an_upgrade_carries_members_with_their_records() {
     assert_eq!(names(&new), names(&old));
     let counts = |p: &Pool| p.backends().sources[0].lookups;
     assert_eq!(counts(&new), (2, 0), "lookup counters go on");
-    let snap = new.overview();
+    let snap = new.view().overview();
     let b3 = snap
         .backends
         .iter()
@@ -330,17 +342,17 @@ async fn a_saved_record_waits_for_its_member() {
             3,
         ),
     ];
-    assert_eq!(pool.restore_health(&saved, SystemTime::now()), 0);
+    assert_eq!(pool.saved().restore(&saved, SystemTime::now()), 0);
     // Kept in what is saved until a lookup has spoken.
-    assert_eq!(pool.save_health().len(), 3);
+    assert_eq!(pool.saved().save().len(), 3);
     pool.discovery()
         .apply_lookup("ltc", vec![found(2)], Instant::now())
         .unwrap();
-    let snap = pool.overview();
+    let snap = pool.view().overview();
     let b2 = &snap.backends[1];
     assert_eq!((b2.state, b2.strikes), (State::Quarantined, 2));
     // .9 was not in the first answer: its record is dropped.
-    let kept: Vec<String> = pool.save_health().into_iter().map(|s| s.name).collect();
+    let kept: Vec<String> = pool.saved().save().into_iter().map(|s| s.name).collect();
     assert_eq!(kept, ["s", "ltc/127.0.0.2:9333"]);
 }
 
@@ -385,7 +397,7 @@ async fn a_member_left_out_shows_when_it_leaves() {
     pool.discovery()
         .apply_lookup("ltc", vec![found(2)], Instant::now());
     let wall = SystemTime::now();
-    let status = pool.overview();
+    let status = pool.view().overview();
     let by = |name: &str| {
         status
             .backends
@@ -406,7 +418,8 @@ async fn a_member_left_out_shows_when_it_leaves() {
     pool.discovery()
         .apply_lookup("ltc", vec![found(2), found(3)], Instant::now());
     assert_eq!(
-        pool.overview()
+        pool.view()
+            .overview()
             .backends
             .iter()
             .find(|b| b.name == "ltc/127.0.0.3:9333")

@@ -19,10 +19,11 @@ use tracing::{debug, info};
 pub use schedule::Schedule;
 
 use crate::config::PoolConfig;
+use crate::pool::backend::Backend;
 use crate::pool::close::CloseReason;
 use crate::pool::health::State;
 use crate::pool::members::Members;
-use crate::pool::registry::{Backend, Pool};
+use crate::pool::registry::Pool;
 use crate::pool::snapshot::ConnState;
 
 /// Why a backend is drained: the `reason` of its `drained` events.
@@ -87,7 +88,7 @@ impl DrainRun {
 /// is over is left to its next probe: two released together both keep
 /// their clients, whichever passes first).
 fn out(b: &Backend, now: Instant) -> bool {
-    !b.health.is_usable() && !b.health.awaiting_return(now)
+    !b.health().is_usable() && !b.health().awaiting_return(now)
 }
 
 impl Members {
@@ -95,19 +96,19 @@ impl Members {
     /// keeps: it is out, drains are on, and no backend of the pool is
     /// usable to take its clients. 0 otherwise.
     pub(in crate::pool) fn last_leg_kept(&self, config: &PoolConfig, name: &str) -> usize {
-        if !config.health.drain || self.active.iter().any(|b| b.health.is_usable()) {
+        if !config.health.drain || self.active.iter().any(|b| b.health().is_usable()) {
             return 0;
         }
         let now = Instant::now();
         self.active
             .iter()
-            .find(|b| b.config.name == name && out(b, now))
+            .find(|b| b.config().name == name && out(b, now))
             .map_or(0, movable)
     }
 }
 
 fn movable(b: &Backend) -> usize {
-    b.conns.values().filter(|e| e.closer.is_movable()).count()
+    b.conns().values().filter(|e| e.closer.is_movable()).count()
 }
 
 fn millis(d: Duration) -> u64 {
@@ -165,19 +166,20 @@ impl Pool {
     /// drained at once, whatever `drain_spread` says.
     pub(in crate::pool) fn drain(&self, m: &mut Members, config: &PoolConfig) {
         let now = Instant::now();
-        if config.health.drain && m.active.iter().any(|b| b.health.is_usable()) {
+        if config.health.drain && m.active.iter().any(|b| b.health().is_usable()) {
             for b in m.active.iter_mut().filter(|b| out(b, now)) {
-                let state = b.health.state();
+                let state = b.health().state();
                 let spread = if state == State::Down {
                     Duration::ZERO
                 } else {
                     config.health.drain_spread
                 };
-                match &mut b.drain {
+                match b.drain_mut() {
                     None => {
                         let planned = movable(b);
                         if planned > 0 {
-                            b.drain = Some(DrainRun::new(now, spread, planned, Cause::Out(state)));
+                            *b.drain_mut() =
+                                Some(DrainRun::new(now, spread, planned, Cause::Out(state)));
                         }
                     }
                     Some(run) if spread.is_zero() && !run.schedule.is_at_once() => {
@@ -198,12 +200,13 @@ impl Pool {
     pub(in crate::pool) fn settle(&self, m: &mut Members, config: &PoolConfig, now: Instant) {
         self.step_locked(m, config, now);
         for b in m.active.iter_mut().chain(m.leaving.iter_mut()) {
-            let Some(run) = b.drain.as_mut().filter(|r| !r.announced) else {
+            let name = b.config().clone();
+            let Some(run) = b.drain_mut().as_mut().filter(|r| !r.announced) else {
                 continue;
             };
             run.announced = true;
             info!(
-                pool = %self.name, backend = %b.config.name, connections = run.planned,
+                pool = %self.name, backend = %name.name, connections = run.planned,
                 spread_ms = millis(run.spread), reason = run.cause.as_str(), phase = "start",
                 "drained"
             );
@@ -213,10 +216,10 @@ impl Pool {
 
     fn step_locked(&self, m: &mut Members, config: &PoolConfig, now: Instant) -> Option<Instant> {
         // The last-leg rule, checked again before each close.
-        let any_usable = m.active.iter().any(|b| b.health.is_usable());
+        let any_usable = m.active.iter().any(|b| b.health().is_usable());
         let mut next: Option<Instant> = None;
         for b in &mut m.active {
-            if b.drain.is_none() {
+            if b.drain().is_none() {
                 continue;
             }
             if !config.health.drain || !out(b, now) {
@@ -229,33 +232,33 @@ impl Pool {
             next = earliest(next, self.advance(b, any_usable, now));
         }
         m.leaving
-            .retain(|b| b.drain.is_some() || !b.conns.is_empty());
+            .retain(|b| b.drain().is_some() || !b.conns().is_empty());
         next
     }
 
     /// Close `b`'s connections that are due, oldest first.
     fn advance(&self, b: &mut Backend, any_usable: bool, now: Instant) -> Option<Instant> {
-        let mut run = b.drain.take()?;
+        let mut run = b.drain_mut().take()?;
         if !any_usable {
             if !run.paused {
                 run.paused = true;
                 debug!(
-                    pool = %self.name, backend = %b.config.name, closed = run.closed,
+                    pool = %self.name, backend = %b.config().name, closed = run.closed,
                     "drain_paused"
                 );
             }
-            b.drain = Some(run);
+            *b.drain_mut() = Some(run);
             return None;
         }
         if run.paused {
             // A peer is usable again: go on at the same pace, not in a burst.
             run.paused = false;
             run.schedule = run.schedule.resumed(run.closed, now);
-            debug!(pool = %self.name, backend = %b.config.name, "drain_resumed");
+            debug!(pool = %self.name, backend = %b.config().name, "drain_resumed");
         }
         let due = run.schedule.due(now);
         let reason = run.cause.close_reason();
-        let mut open = b.conns.values().filter(|e| e.closer.is_movable());
+        let mut open = b.conns().values().filter(|e| e.closer.is_movable());
         while run.closed < due {
             let Some(entry) = open.next() else { break };
             entry.closer.close(reason);
@@ -263,29 +266,31 @@ impl Pool {
         }
         let left = open.count();
         let connecting = b
-            .conns
+            .conns()
             .values()
             .any(|e| e.closer.state() == ConnState::Connecting);
         if left == 0 && !connecting {
             info!(
-                pool = %self.name, backend = %b.config.name, connections = run.closed,
+                pool = %self.name, backend = %b.config().name, connections = run.closed,
                 spread_ms = millis(run.spread), duration_ms = millis(now - run.started),
                 reason = run.cause.as_str(), phase = "end", "drained"
             );
             return None;
         }
         let next = (left > 0).then(|| run.schedule.at(run.closed));
-        b.drain = Some(run);
+        *b.drain_mut() = Some(run);
         next
     }
 
     /// `b` is back (usable, its window over, put back by a reload, or
     /// drains are switched off): the rest of its connections stay.
     pub(in crate::pool) fn stop_drain(&self, b: &mut Backend) {
-        let Some(run) = b.drain.take() else { return };
+        let Some(run) = b.drain_mut().take() else {
+            return;
+        };
         info!(
-            pool = %self.name, backend = %b.config.name, connections = run.closed,
-            kept = movable(b), reason = run.cause.as_str(), state = b.health.state().as_str(),
+            pool = %self.name, backend = %b.config().name, connections = run.closed,
+            kept = movable(b), reason = run.cause.as_str(), state = b.health().state().as_str(),
             "drain_stopped"
         );
     }
@@ -295,7 +300,7 @@ impl Pool {
     /// out gives way to this one.
     pub(in crate::pool) fn drain_removed(&self, b: &mut Backend, now: Instant, spread: Duration) {
         self.stop_drain(b);
-        b.drain = Some(DrainRun::new(now, spread, movable(b), Cause::Removed));
+        *b.drain_mut() = Some(DrainRun::new(now, spread, movable(b), Cause::Removed));
     }
 }
 

@@ -83,9 +83,10 @@ impl Bench {
             started: SystemTime::now(),
             closer: closer.clone(),
         };
-        let (lease, target) = self.pool.reserve(id, entry, tried).unwrap();
+        let (lease, target) = self.pool.legs().reserve(id, entry, tried).unwrap();
         assert!(
             self.pool
+                .legs()
                 .splice_if_wanted(target.id, target.usable, &closer)
         );
         self.conns.push(Conn {
@@ -99,7 +100,11 @@ impl Bench {
 
     fn id(&self, name: &str) -> BackendId {
         let m = self.pool.backends();
-        m.active.iter().find(|b| b.config.name == name).unwrap().id
+        m.active
+            .iter()
+            .find(|b| b.config().name == name)
+            .unwrap()
+            .id()
     }
 
     fn ids_on(&self, backend: BackendId) -> Vec<ConnId> {
@@ -136,7 +141,7 @@ impl Bench {
     }
 
     fn quarantine(&mut self, name: &str) {
-        self.pool.quarantine(name, HOUR).unwrap();
+        self.pool.operator().quarantine(name, HOUR).unwrap();
         self.look();
     }
 
@@ -153,15 +158,15 @@ impl Bench {
 
     /// Bring a quarantined `name` back: release, then a passed probe.
     fn bring_back(&mut self, name: &str) {
-        assert_eq!(self.pool.release(name), Ok(true));
+        assert_eq!(self.pool.operator().release(name), Ok(true));
         self.probe(name, Verdict::Healthy);
         assert!(self.usable(name));
     }
 
     fn usable(&self, name: &str) -> bool {
         let m = self.pool.backends();
-        let b = m.active.iter().find(|b| b.config.name == name).unwrap();
-        b.health.is_usable()
+        let b = m.active.iter().find(|b| b.config().name == name).unwrap();
+        b.health().is_usable()
     }
 
     fn closed_ids(&self) -> Vec<ConnId> {
@@ -197,7 +202,7 @@ async fn fifty_connections_close_over_the_spread_oldest_first() {
             .all(|id| !bench.closed_ids().contains(id))
     );
     assert!(
-        bench.pool.backends().active[0].drain.is_none(),
+        bench.pool.backends().active[0].drain().is_none(),
         "the drain ended"
     );
     assert_eq!(bench.pool.drains().step(Instant::now()), None);
@@ -231,7 +236,7 @@ async fn a_down_backend_is_drained_at_once_despite_the_spread() {
     for _ in 0..3 {
         // Each failure a new incident: it began after the last one.
         time::advance(ms(1)).await;
-        bench.pool.record_connect(a, Instant::now(), false);
+        bench.pool.legs().record_connect(a, Instant::now(), false);
     }
     bench.look();
     assert_eq!(bench.closed_ids(), bench.ids_on(a));
@@ -247,14 +252,14 @@ async fn a_backend_back_in_service_within_the_window_keeps_the_rest() {
 
     // Released: its window is over, its next probe decides; nothing more
     // is closed meanwhile, nor once that probe brings it back.
-    assert_eq!(bench.pool.release("a"), Ok(true));
+    assert_eq!(bench.pool.operator().release("a"), Ok(true));
     bench.run_until(ms(1500)).await;
     assert_eq!(bench.closes.len(), 11);
     bench.probe("a", Verdict::Healthy);
     bench.run_until(ms(20_000)).await;
     assert_eq!(bench.closes.len(), 11, "closed after it was back");
     assert_eq!(bench.closed_ids(), bench.ids_on(a)[..11]);
-    assert!(bench.pool.backends().active[0].drain.is_none());
+    assert!(bench.pool.backends().active[0].drain().is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -338,6 +343,7 @@ async fn a_backend_removed_by_a_reload_is_drained_and_leaves_nothing_behind() {
     // Out of selection and of snapshots at once, still drained.
     let names: Vec<String> = bench
         .pool
+        .view()
         .snapshot()
         .backends
         .into_iter()
@@ -389,7 +395,7 @@ async fn a_removed_backend_put_back_keeps_what_it_has_left() {
     assert_eq!(bench.closes.len(), 11);
     assert!(bench.pool.backends().leaving.is_empty());
     assert_eq!(bench.id("a"), a, "the same backend, not a new one");
-    assert_eq!(bench.pool.snapshot().backends[0].connections, 50);
+    assert_eq!(bench.pool.view().snapshot().backends[0].connections, 50);
 }
 
 /// A removed backend keeps the last-leg rule too: held while no backend is
@@ -409,7 +415,7 @@ async fn a_removed_backend_is_held_as_the_last_leg_and_resumes_at_its_pace() {
 async fn a_backend_found_down_mid_drain_loses_the_rest_at_once() {
     let mut bench = Bench::new("5s", &["a", "b"], 50);
     let a = bench.id("a");
-    bench.pool.quarantine("a", ms(1000)).unwrap();
+    bench.pool.operator().quarantine("a", ms(1000)).unwrap();
     bench.run_until(ms(950)).await;
     assert_eq!(bench.closes.len(), 10);
     time::advance(ms(60)).await;
@@ -428,17 +434,25 @@ async fn quarantining_the_last_usable_backend_keeps_and_reports_its_connections(
     let mut bench = Bench::new("0s", &["a", "b"], 3);
     let (a, b) = (bench.id("a"), bench.id("b"));
     assert_eq!(
-        bench.pool.quarantine("a", HOUR),
+        bench.pool.operator().quarantine("a", HOUR),
         Ok(0),
         "b takes a's clients"
     );
     bench.look();
     assert_eq!(bench.closed_ids(), bench.ids_on(a));
-    assert_eq!(bench.pool.quarantine("b", HOUR), Ok(3), "b is the last leg");
+    assert_eq!(
+        bench.pool.operator().quarantine("b", HOUR),
+        Ok(3),
+        "b is the last leg"
+    );
     bench.run_until(ms(5000)).await;
     assert_eq!(bench.closes.len(), 3, "b's connections kept");
     assert_eq!(
-        bench.pool.quarantine("nope", HOUR).map_err(|e| e.backend),
+        bench
+            .pool
+            .operator()
+            .quarantine("nope", HOUR)
+            .map_err(|e| e.backend),
         Err("nope".to_owned())
     );
     bench.bring_back("a");

@@ -64,7 +64,7 @@ impl Pool {
 impl Upgrade<'_> {
     /// This pool's state to hand over.
     pub fn state(&self) -> HandedPool {
-        let snap = self.pool.overview();
+        let snap = self.pool.view().overview();
         HandedPool {
             name: snap.name,
             rebalance_moves: snap.rebalance_moves,
@@ -77,7 +77,7 @@ impl Upgrade<'_> {
                     counters: b.counters,
                 })
                 .collect(),
-            health: self.pool.save_health(),
+            health: self.pool.saved().save(),
             discovered: self.pool.discovery().hand_over_sources(),
         }
     }
@@ -91,7 +91,8 @@ impl Upgrade<'_> {
             .discovery()
             .take_handed_sources(&handed.discovered);
         self.pool
-            .restore_handed_health(&handed.health, SystemTime::now());
+            .saved()
+            .restore_handed(&handed.health, SystemTime::now());
         self.pool
             .rebalance_moves
             .fetch_add(handed.rebalance_moves, Ordering::Relaxed);
@@ -101,12 +102,12 @@ impl Upgrade<'_> {
             let Some(b) = backends
                 .active
                 .iter()
-                .find(|b| b.config.name == c.name && b.config.addr == c.addr)
+                .find(|b| b.config().name == c.name && b.config().addr == c.addr)
             else {
                 continue;
             };
             matched += 1;
-            let (s, n) = (&b.stats, &c.counters);
+            let (s, n) = (&b.stats(), &c.counters);
             let add = |a: &AtomicU64, v: u64| a.fetch_add(v, Ordering::Relaxed);
             add(&s.connections_total, n.connections_total);
             add(&s.connect_failures_total, n.connect_failures_total);
@@ -124,7 +125,7 @@ impl Upgrade<'_> {
 
     /// A live upgrade takes the connections: every spliced one stops for
     /// the handover now, and every one still connecting as soon as it is
-    /// spliced (see [`Pool::splice_if_wanted`]), so none is left behind.
+    /// spliced (see [`Legs::splice_if_wanted`](crate::pool::legs::Legs::splice_if_wanted)), so none is left behind.
     /// Under the lock, as splices are marked.
     pub fn begin(&self) {
         let m = self.pool.backends();
@@ -135,7 +136,7 @@ impl Upgrade<'_> {
             .active
             .iter()
             .chain(&m.leaving)
-            .flat_map(|b| b.conns.values())
+            .flat_map(|b| b.conns().values())
         {
             if entry.closer.is_movable() {
                 entry.closer.close(CloseReason::Handover);
@@ -164,7 +165,7 @@ impl Upgrade<'_> {
         let b = backends
             .active
             .iter_mut()
-            .find(|b| b.config.name == name && b.config.addr == addr)?;
+            .find(|b| b.config().name == name && b.config().addr == addr)?;
         entry.closer.set_spliced();
         Some(self.pool.register(b, conn, entry))
     }

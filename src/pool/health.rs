@@ -245,32 +245,97 @@ pub struct BackendHealth {
     /// `Unknown` or `Healthy`: the state while not taken out.
     base: State,
     /// Present while taken out (in the window or waiting for `rise` probes).
-    pub quarantine: Option<Quarantine>,
+    quarantine: Option<Quarantine>,
     /// Quarantines since the last success; sets the next window.
-    pub strikes: u32,
+    strikes: u32,
     /// Consecutive connect failures from client traffic.
-    pub connect_failures: u32,
+    connect_failures: u32,
     /// Client connections the backend closed at once, with no byte sent,
     /// since one it served: they count with `connect_failures` (a node that
     /// banned our address accepts every connect, then closes it).
-    pub closes_at_once: u32,
+    closes_at_once: u32,
     /// The client addresses those closes came from: while they all came
     /// from one, they never reach `quarantine.failures` (one client's
     /// garbage is that client's matter, not the node's).
-    pub closed_from: ClosedFrom,
+    closed_from: ClosedFrom,
+    /// Consecutive bad probe verdicts.
+    bad_probes: u32,
+    /// Consecutive passed probes since the window ended.
+    good_probes: u32,
+    /// Last failed connect; orders fail-open attempts and merges one
+    /// outage's concurrent failures into one.
+    last_failure: Option<Instant>,
+    /// Last probe that found the address down (refused or timed out).
+    probe_down: Option<Instant>,
+    /// Bumped by every change that is not a probe's doing (manual
+    /// quarantine, release, client-traffic quarantine), so a probe that
+    /// started before it is recognised as stale.
+    epoch: u64,
+}
+
+impl BackendHealth {
+    /// The window and reason, while taken out.
+    pub fn quarantine(&self) -> Option<Quarantine> {
+        self.quarantine
+    }
+
+    /// Quarantines since the last success.
+    pub fn strikes(&self) -> u32 {
+        self.strikes
+    }
+
+    /// Consecutive connect failures from client traffic.
+    pub fn connect_failures(&self) -> u32 {
+        self.connect_failures
+    }
+
+    /// Closes at once since a connection was served.
+    pub fn closes_at_once(&self) -> u32 {
+        self.closes_at_once
+    }
+
+    /// Consecutive bad probe verdicts.
+    pub fn bad_probes(&self) -> u32 {
+        self.bad_probes
+    }
+
+    /// Consecutive passed probes since the window ended.
+    pub fn good_probes(&self) -> u32 {
+        self.good_probes
+    }
+
+    /// The epoch: bumped by every change that is not a probe's doing.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Put a saved record back: its window (as the caller capped it),
+    /// strikes and counts. The epoch moves on, so a probe in flight is
+    /// stale.
+    pub fn restore(&mut self, quarantine: Option<Quarantine>, counts: Counts) {
+        self.quarantine = quarantine;
+        self.strikes = counts.strikes;
+        self.connect_failures = counts.connect_failures;
+        self.closes_at_once = counts.closes_at_once;
+        self.bad_probes = counts.bad_probes;
+        self.good_probes = counts.good_probes;
+        self.epoch += 1;
+    }
+}
+
+/// The counts of a health record a saved record brings back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// Quarantines since the last success.
+    pub strikes: u32,
+    /// Consecutive connect failures from client traffic.
+    pub connect_failures: u32,
+    /// Closes at once since a connection was served.
+    pub closes_at_once: u32,
     /// Consecutive bad probe verdicts.
     pub bad_probes: u32,
     /// Consecutive passed probes since the window ended.
     pub good_probes: u32,
-    /// Last failed connect; orders fail-open attempts and merges one
-    /// outage's concurrent failures into one.
-    pub last_failure: Option<Instant>,
-    /// Last probe that found the address down (refused or timed out).
-    pub probe_down: Option<Instant>,
-    /// Bumped by every change that is not a probe's doing (manual
-    /// quarantine, release, client-traffic quarantine), so a probe that
-    /// started before it is recognised as stale.
-    pub epoch: u64,
 }
 
 impl Default for BackendHealth {

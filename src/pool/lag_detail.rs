@@ -31,7 +31,7 @@ mod tests {
     }
 
     fn id(pool: &Pool, name: &str) -> BackendId {
-        let targets = pool.probe_targets();
+        let targets = pool.probing().probe_targets();
         targets.into_iter().find(|(_, c)| c.name == name).unwrap().0
     }
 
@@ -47,7 +47,7 @@ mod tests {
         };
         pool.probing()
             .apply_probe(b, &report, epoch, Instant::now());
-        let snap = pool.overview();
+        let snap = pool.view().overview();
         let p = snap.backends.iter().find(|x| x.name == name).unwrap();
         let p = p.last_probe.clone().unwrap();
         (p.outcome, p.detail)

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use crate::config::BackendConfig;
+use crate::pool::backend::Backend;
 use crate::pool::discovered::Source;
 use crate::pool::refused::Refusals;
-use crate::pool::registry::{Backend, BackendId};
+use crate::pool::registry::BackendId;
 use crate::pool::saved::SavedBackend;
 
 /// Everything the pool lock guards: the configured backends and the
@@ -35,7 +36,7 @@ impl Members {
         self.active
             .iter()
             .chain(&self.leaving)
-            .any(|b| b.id == backend && b.drain.is_some())
+            .any(|b| b.id() == backend && b.drain().is_some())
     }
 }
 

@@ -5,14 +5,19 @@
 //!
 //! Layer: on `config` only. It does no I/O of its own: the data path,
 //! probes and runtime call its methods and act on what they return.
-//! The backends' state is visible only inside this folder: mutations go
-//! through `Pool` methods (`registry`, `apply`, `rebalance`); readers take
-//! a [`snapshot`](snapshot::PoolSnapshot) (`/status` is built from one).
+//! `Pool` itself starts, reconfigures and stops; each role is a small
+//! handle in the file that owns its state (`pool.gate()`, `legs()`,
+//! `probing()`, `operator()`, `drains()`, `rebalance()`, `discovery()`,
+//! `upgrade()`, `saved()`, `view()`). The backends' state is visible only
+//! inside this folder, each part changed by its owner's methods
+//! ([`backend`]); readers take a [`snapshot`](snapshot::PoolSnapshot)
+//! (`/status` is built from one).
 //! The health records leave and return as plain data through [`saved`]
 //! (the state file, a live upgrade).
 
 pub mod admission;
 pub mod apply;
+pub mod backend;
 pub mod close;
 pub mod discovered;
 pub mod drain;
@@ -21,7 +26,9 @@ pub mod handed;
 pub mod health;
 pub mod lag;
 pub mod lag_detail;
+pub mod legs;
 pub mod members;
+pub mod operator;
 pub mod own;
 pub mod rebalance;
 pub mod refused;

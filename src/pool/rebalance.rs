@@ -86,18 +86,18 @@ impl Rebalance<'_> {
             .active
             .iter()
             .map(|b| Load {
-                usable: b.health.is_usable(),
-                backup: b.config.backup,
+                usable: b.health().is_usable(),
+                backup: b.config().backup,
                 // O(1): a connection just closed by the previous tick leaves the
                 // map within milliseconds, long before the next tick.
-                live: b.conns.len(),
+                live: b.conns().len(),
             })
             .collect();
         let (from, to) = plan(&loads, min_imbalance)?;
         Some(Move {
-            from: backends.active[from].id,
-            to: backends.active[to].id,
-            to_addr: backends.active[to].config.addr.clone(),
+            from: backends.active[from].id(),
+            to: backends.active[to].id(),
+            to_addr: backends.active[to].config().addr.clone(),
         })
     }
 
@@ -107,18 +107,22 @@ impl Rebalance<'_> {
     pub fn make(&self, m: &Move) {
         let backends = self.pool.backends();
         let (Some(src), Some(dst)) = (
-            backends.active.iter().find(|b| b.id == m.from),
-            backends.active.iter().find(|b| b.id == m.to),
+            backends.active.iter().find(|b| b.id() == m.from),
+            backends.active.iter().find(|b| b.id() == m.to),
         ) else {
             return;
         };
-        let newest = src.conns.iter().rev().find(|(_, e)| e.closer.is_movable());
+        let newest = src
+            .conns()
+            .iter()
+            .rev()
+            .find(|(_, e)| e.closer.is_movable());
         if let Some((conn, entry)) = newest {
             entry.closer.close(CloseReason::Rebalanced);
             self.pool.rebalance_moves.fetch_add(1, Ordering::Relaxed);
             info!(
-                pool = %self.pool.name, from = %src.config.name, to = %dst.config.name, conn = *conn,
-                from_connections = src.conns.len(), to_connections = dst.conns.len(), "rebalanced"
+                pool = %self.pool.name, from = %src.config().name, to = %dst.config().name, conn = *conn,
+                from_connections = src.conns().len(), to_connections = dst.conns().len(), "rebalanced"
             );
         }
     }

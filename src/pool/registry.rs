@@ -16,9 +16,9 @@
 //! drained (see [`drain`](crate::pool::drain)); their leases unregister
 //! there.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
@@ -29,19 +29,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{BackendConfig, PoolConfig};
-use crate::pool::admission::source_of;
+use crate::pool::backend::Backend;
 use crate::pool::close::{CloseReason, Closer};
 use crate::pool::discovered::{self, Source};
-use crate::pool::drain::DrainRun;
 use crate::pool::fold::Folds;
-use crate::pool::health::{BackendHealth, ProbeOutcome, QuarantineReason};
+use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::members::Members;
 use crate::pool::members::{Change, MemberPlan};
 use crate::pool::own::OwnListeners;
 use crate::pool::refused::Refusals;
 use crate::pool::saved::HealthChanges;
-use crate::pool::select::{self, Candidate};
-use crate::pool::stall::Traffic;
 use crate::pool::tally::Tally;
 
 /// Process-wide connection id, as logged in `conn`.
@@ -59,7 +56,7 @@ pub struct BackendStats {
     pub connect_failures_total: AtomicU64,
     /// Some client connections were closed at once since one was served:
     /// the next one that receives bytes tells the pool (see
-    /// [`Pool::record_served`]). Read without the lock on every close.
+    /// [`Legs::record_served`](crate::pool::legs::Legs::record_served)). Read without the lock on every close.
     pub closing_at_once: AtomicBool,
     /// Bytes client → backend.
     pub bytes_up: AtomicU64,
@@ -94,50 +91,6 @@ pub struct ConnEntry {
     pub started: SystemTime,
     /// Closes it and counts its bytes.
     pub closer: Arc<Closer>,
-}
-
-/// One backend of a pool. Only the pool reads or changes it; everything
-/// else reads a [`PoolSnapshot`](crate::pool::snapshot::PoolSnapshot).
-#[derive(Debug)]
-pub(in crate::pool) struct Backend {
-    /// Stable id.
-    pub(in crate::pool) id: BackendId,
-    /// Its config.
-    pub(in crate::pool) config: Arc<BackendConfig>,
-    /// Its health record.
-    pub(in crate::pool) health: BackendHealth,
-    /// Last block height a probe read.
-    pub(in crate::pool) height: Option<u64>,
-    /// That height was proven by the node's headers.
-    pub(in crate::pool) proven: bool,
-    /// Last probe result.
-    pub(in crate::pool) last_probe: Option<ProbeRecord>,
-    /// Live connections, oldest first.
-    pub(in crate::pool) conns: BTreeMap<ConnId, ConnEntry>,
-    /// Its counters.
-    pub(in crate::pool) stats: Arc<BackendStats>,
-    /// The drain closing its connections, while one runs.
-    pub(in crate::pool) drain: Option<DrainRun>,
-    /// What its connections received, as the stall rule samples it.
-    pub(in crate::pool) traffic: Traffic,
-}
-
-impl Backend {
-    /// A backend with a fresh record.
-    fn new(id: BackendId, config: BackendConfig) -> Backend {
-        Backend {
-            id,
-            config: Arc::new(config),
-            health: BackendHealth::default(),
-            height: None,
-            proven: false,
-            last_probe: None,
-            conns: BTreeMap::new(),
-            stats: Arc::default(),
-            drain: None,
-            traffic: Traffic::default(),
-        }
-    }
 }
 
 /// Where a chosen connection goes.
@@ -232,11 +185,6 @@ impl Pool {
         Pool { changes, ..self }
     }
 
-    /// What this pool tells when a backend's saved health changes.
-    pub fn changes(&self) -> &Arc<HealthChanges> {
-        &self.changes
-    }
-
     /// The pool, sharing the process's listener set `own`.
     pub fn with_own(self, own: Arc<OwnListeners>) -> Pool {
         Pool { own, ..self }
@@ -298,20 +246,20 @@ impl Pool {
         config: &PoolConfig,
         now: Instant,
     ) -> (Vec<(BackendId, Arc<BackendConfig>)>, usize) {
-        let ids = m.active.iter().chain(&m.leaving).map(|b| b.id + 1);
+        let ids = m.active.iter().chain(&m.leaving).map(|b| b.id() + 1);
         let mut next_id = ids.max().unwrap_or(0);
         let wanted = discovered::wanted(config, &m.sources);
-        let plan = MemberPlan::between(m.active.iter().map(|b| &*b.config), &wanted);
+        let plan = MemberPlan::between(m.active.iter().map(|b| &**b.config()), &wanted);
         let changes: Vec<Change> = plan.wanted.iter().map(|(_, c)| *c).collect();
         drop(plan);
         // By name and address, as the plan matched them.
         let mut old: HashMap<(String, String), Backend> = std::mem::take(&mut m.active)
             .into_iter()
-            .map(|b| ((b.config.name.clone(), b.config.addr.clone()), b))
+            .map(|b| ((b.config().name.clone(), b.config().addr.clone()), b))
             .collect();
         let mut added = Vec::new();
         for (bc, change) in wanted.into_iter().zip(changes) {
-            let same = |b: &Backend| b.config.same_backend(&bc);
+            let same = |b: &Backend| b.config().same_backend(&bc);
             let kept = match change {
                 Change::Kept | Change::Changed => old.remove(&(bc.name.clone(), bc.addr.clone())),
                 Change::Added => None,
@@ -327,20 +275,19 @@ impl Pool {
                 tracing::info!(pool = %self.name, backend = %bc.name, addr = bc.addr.as_str(), "backend_added");
                 let mut b = Backend::new(next_id, bc.clone());
                 self.claim_saved(&mut m.unclaimed, &mut b);
-                added.push((b.id, b.config.clone()));
+                added.push((b.id(), b.config().clone()));
                 b
             };
-            m.active.push(Backend {
-                config: Arc::new(bc),
-                ..backend
-            });
+            let mut backend = backend;
+            backend.set_config(Arc::new(bc));
+            m.active.push(backend);
         }
         let removed = old.len();
         let mut old: Vec<Backend> = old.into_values().collect();
-        old.sort_by_key(|b| b.id);
+        old.sort_by_key(|b| b.id());
         for mut gone in old {
-            tracing::info!(pool = %self.name, backend = %gone.config.name, connections = gone.conns.len(), "backend_removed");
-            if !gone.conns.is_empty() {
+            tracing::info!(pool = %self.name, backend = %gone.config().name, connections = gone.conns().len(), "backend_removed");
+            if !gone.conns().is_empty() {
                 self.drain_removed(&mut gone, now, config.health.drain_spread);
                 m.leaving.push(gone);
             }
@@ -349,36 +296,6 @@ impl Pool {
         // Backends may have come or gone: the saved set changes with them.
         self.changes.bump();
         (added, removed)
-    }
-
-    /// A client's backend leg to `backend` is up: mark it spliced (from
-    /// then on drain and rebalance may close it) and return true, unless
-    /// the backend was usable when chosen (`chosen_usable`) and has been
-    /// taken out since while another is usable: then false, and the client
-    /// should go elsewhere. Under the pool lock, as drains are: a drain
-    /// either came first (false here) or sees the connection spliced and
-    /// closes it, so no client lands on a drained backend.
-    pub fn splice_if_wanted(
-        &self,
-        backend: BackendId,
-        chosen_usable: bool,
-        closer: &Closer,
-    ) -> bool {
-        let m = self.backends();
-        let usable = |b: &Backend| b.health.is_usable();
-        let wanted =
-            m.active.iter().any(|b| b.id == backend && usable(b)) || !m.active.iter().any(usable);
-        if chosen_usable && !wanted {
-            return false;
-        }
-        closer.set_spliced();
-        if self.handing_over.load(Ordering::Relaxed) {
-            closer.close(CloseReason::Handover);
-        } else if m.any_draining(backend) {
-            // A fail-open client on a draining backend: the drain closes it too.
-            self.drain_wake.notify_one();
-        }
-        true
     }
 
     /// Put connection `conn` on backend `b`: its lease and target. A
@@ -393,16 +310,16 @@ impl Pool {
         if let Some(reason) = self.stopped.get() {
             entry.closer.close(*reason);
         }
-        b.conns.insert(conn, entry);
+        b.attach(conn, entry);
         let target = Target {
-            id: b.id,
-            config: b.config.clone(),
-            stats: b.stats.clone(),
-            usable: b.health.is_usable(),
+            id: b.id(),
+            config: b.config().clone(),
+            stats: b.stats().clone(),
+            usable: b.health().is_usable(),
         };
         let lease = Lease {
             pool: self.clone(),
-            backend: b.id,
+            backend: b.id(),
             conn,
         };
         (lease, target)
@@ -421,68 +338,10 @@ impl Pool {
     pub fn close_all(&self, reason: CloseReason) {
         let m = self.backends();
         for b in m.active.iter().chain(&m.leaving) {
-            for entry in b.conns.values() {
+            for entry in b.conns().values() {
                 entry.closer.close(reason);
             }
         }
-    }
-
-    /// Live client connections in the pool.
-    pub fn clients(&self) -> usize {
-        self.clients.load(Ordering::Acquire)
-    }
-
-    /// Client connections admitted and not spliced yet: being accepted,
-    /// connecting to a backend or failing over. O(connections).
-    pub fn connecting(&self) -> usize {
-        let m = self.backends();
-        let spliced = m
-            .active
-            .iter()
-            .chain(&m.leaving)
-            .flat_map(|b| b.conns.values())
-            .filter(|e| e.closer.is_spliced())
-            .count();
-        self.clients().saturating_sub(spliced)
-    }
-
-    /// Choose the next backend for connection `conn` and register it there.
-    /// `tried` lists backends that already failed for this connection.
-    pub fn reserve(
-        self: &Arc<Self>,
-        conn: ConnId,
-        entry: ConnEntry,
-        tried: &[BackendId],
-    ) -> Option<(Lease, Target)> {
-        let mut backends = self.backends();
-        let refused = backends
-            .refused
-            .of(source_of(entry.client.ip()), Instant::now());
-        let cands: Vec<Candidate> = backends
-            .active
-            .iter()
-            .map(|b| Candidate {
-                usable: b.health.is_usable(),
-                backup: b.config.backup,
-                live: b.conns.len(),
-                last_failure: b.health.failed_at(),
-                tried: tried.contains(&b.id),
-                refused: refused(b.id),
-            })
-            .collect();
-        drop(refused);
-        let chosen = &mut backends.active[select::pick(&cands)?];
-        Some(self.register(chosen, conn, entry))
-    }
-
-    /// Each backend's id and settings, in config order: what the prober
-    /// subscribes to.
-    pub fn probe_targets(&self) -> Vec<(BackendId, Arc<BackendConfig>)> {
-        self.backends()
-            .active
-            .iter()
-            .map(|b| (b.id, b.config.clone()))
-            .collect()
     }
 
     /// The backend with id `id`, if it is still configured.
@@ -492,10 +351,10 @@ impl Pool {
         // walk through a pool of thousands.
         let at = usize::try_from(id)
             .ok()
-            .filter(|&i| backends.get(i).is_some_and(|b| b.id == id));
+            .filter(|&i| backends.get(i).is_some_and(|b| b.id() == id));
         match at {
             Some(i) => backends.get_mut(i),
-            None => backends.iter_mut().find(|b| b.id == id),
+            None => backends.iter_mut().find(|b| b.id() == id),
         }
     }
 
@@ -507,15 +366,15 @@ impl Pool {
         if let Some(b) = active
             .iter_mut()
             .chain(leaving.iter_mut())
-            .find(|b| b.id == backend)
+            .find(|b| b.id() == backend)
         {
-            b.conns.remove(&conn);
-            if b.drain.is_some() {
+            b.detach(conn);
+            if b.drain().is_some() {
                 // The drain may be done now that this one has gone.
                 self.drain_wake.notify_one();
             }
         }
-        leaving.retain(|b| b.drain.is_some() || !b.conns.is_empty());
+        leaving.retain(|b| b.drain().is_some() || !b.conns().is_empty());
     }
 }
 
@@ -564,7 +423,7 @@ mod tests {
     fn stop_closes_registered_connections_and_later_ones() {
         let pool = pool();
         let before = entry();
-        let (_lease, _) = pool.reserve(1, before.clone(), &[]).unwrap();
+        let (_lease, _) = pool.legs().reserve(1, before.clone(), &[]).unwrap();
         assert!(!before.closer.is_closing());
         pool.stop(CloseReason::PoolRemoved);
         assert!(pool.token.is_cancelled());
@@ -573,7 +432,7 @@ mod tests {
         // A client accepted just before the stop registers just after it:
         // it must not be left running on a stopped pool.
         let after = entry();
-        let (_lease, _) = pool.reserve(2, after.clone(), &[]).unwrap();
+        let (_lease, _) = pool.legs().reserve(2, after.clone(), &[]).unwrap();
         assert!(after.closer.is_closing());
         assert_eq!(after.closer.reason(), CloseReason::PoolRemoved);
     }
@@ -590,24 +449,25 @@ mod tests {
         let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
         let (a, b) = {
             let m = pool.backends();
-            (m.active[0].id, m.active[1].id)
+            (m.active[0].id(), m.active[1].id())
         };
         // A client's connect to B failed first, then a probe found A down.
         let t0 = Instant::now();
-        pool.record_connect(b, t0, false);
+        pool.legs().record_connect(b, t0, false);
         let epoch = pool.probing().epoch_of(a).unwrap();
         let down = Report::new(Verdict::Down, "refused");
         pool.probing()
             .apply_probe(a, &down, epoch, t0 + std::time::Duration::from_secs(1));
         assert!(
-            pool.overview()
+            pool.view()
+                .overview()
                 .backends
                 .iter()
                 .all(|s| !s.state.is_usable())
         );
-        let (_lease, target) = pool.reserve(1, entry(), &[]).unwrap();
+        let (_lease, target) = pool.legs().reserve(1, entry(), &[]).unwrap();
         assert_eq!(target.id, b, "B failed longer ago than A");
-        let (_lease, target) = pool.reserve(2, entry(), &[b]).unwrap();
+        let (_lease, target) = pool.legs().reserve(2, entry(), &[b]).unwrap();
         assert_eq!(target.id, a);
     }
 
@@ -617,16 +477,16 @@ mod tests {
     fn a_probe_that_reads_no_height_clears_an_old_one() {
         use crate::pool::report::{Report, Verdict};
         let pool = pool();
-        let a = pool.backends().active[0].id;
+        let a = pool.backends().active[0].id();
         // Read by an earlier probe kind; the pool probes `connect` now.
-        pool.backends().active[0].height = Some(100);
+        pool.backends().active[0].set_height(Some(100), false);
         pool.probing().apply_probe(
             a,
             &Report::new(Verdict::Healthy, "connected"),
             0,
             Instant::now(),
         );
-        assert_eq!(pool.backends().active[0].height, None);
+        assert_eq!(pool.backends().active[0].height(), None);
     }
 
     /// Drained before its connect finished: goes elsewhere. Spliced
@@ -637,16 +497,17 @@ mod tests {
                     backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
         let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
         let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
-        let a = pool.backends().active[0].id;
+        let a = pool.backends().active[0].id();
 
         let early = entry();
-        let (_lease, target) = pool.reserve(1, early.clone(), &[]).unwrap();
+        let (_lease, target) = pool.legs().reserve(1, early.clone(), &[]).unwrap();
         assert_eq!(target.id, a);
         let late = entry();
-        let (_lease, _) = pool.reserve(2, late.clone(), &[]).unwrap();
+        let (_lease, _) = pool.legs().reserve(2, late.clone(), &[]).unwrap();
         // `late` is still connecting to B; `early`'s leg to A is up.
-        assert!(pool.splice_if_wanted(a, true, &early.closer));
-        pool.quarantine("a", std::time::Duration::from_secs(60))
+        assert!(pool.legs().splice_if_wanted(a, true, &early.closer));
+        pool.operator()
+            .quarantine("a", std::time::Duration::from_secs(60))
             .unwrap();
         assert!(
             early.closer.is_closing(),
@@ -656,14 +517,15 @@ mod tests {
         // A third client that chose A before the quarantine, connected after.
         let third = entry();
         assert!(
-            !pool.splice_if_wanted(a, true, &third.closer),
+            !pool.legs().splice_if_wanted(a, true, &third.closer),
             "goes elsewhere"
         );
         assert!(!third.closer.is_movable());
         // With nothing usable, fail-open: whatever it chose, it stays.
-        pool.quarantine("b", std::time::Duration::from_secs(60))
+        pool.operator()
+            .quarantine("b", std::time::Duration::from_secs(60))
             .unwrap();
-        assert!(pool.splice_if_wanted(a, true, &third.closer));
-        assert!(pool.splice_if_wanted(a, false, &late.closer));
+        assert!(pool.legs().splice_if_wanted(a, true, &third.closer));
+        assert!(pool.legs().splice_if_wanted(a, false, &late.closer));
     }
 }

@@ -1,5 +1,5 @@
 //! A pool's health records as plain data that outlives the process: taken
-//! out with [`Pool::save_health`], put back with [`Pool::restore_health`]
+//! out with [`Saved::save`], put back with [`Saved::restore`]
 //! (the state file across a cold restart, the hand-over of a live
 //! upgrade), and the change signal ([`HealthChanges`]) that tells a writer
 //! when a record worth keeping changed.
@@ -8,6 +8,7 @@
 //! another process. They are converted with the two clocks read at one
 //! moment, as [`snapshot`](crate::pool::snapshot) does.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
@@ -15,10 +16,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::pool::backend::Backend;
 use crate::pool::health::{
-    BackendHealth, MAX_MANUAL_WINDOW, Quarantine, QuarantineReason, State, later,
+    BackendHealth, Counts, MAX_MANUAL_WINDOW, Quarantine, QuarantineReason, State, later,
 };
-use crate::pool::registry::{Backend, Pool, ProbeRecord};
+use crate::pool::registry::{Pool, ProbeRecord};
 use crate::pool::snapshot::{QuarantineSnapshot, wall_time};
 
 /// One backend's health record, plain data.
@@ -118,7 +120,7 @@ pub(in crate::pool) type Kept = (Option<Quarantine>, u32, State);
 
 /// What of `h` a saved record must follow.
 pub(in crate::pool) fn kept(h: &BackendHealth) -> Kept {
-    (h.quarantine, h.strikes, h.state())
+    (h.quarantine(), h.strikes(), h.state())
 }
 
 /// The monotonic instant of wall-clock time `at`, given both clocks' `now`.
@@ -129,42 +131,54 @@ fn instant_at(at: SystemTime, now: Instant, wall: SystemTime) -> Instant {
     }
 }
 
+/// A pool's health records as plain data: what the state file and a live
+/// upgrade carry out and bring back.
+#[derive(Clone, Copy)]
+pub struct Saved<'a> {
+    pool: &'a Pool,
+}
+
 impl Pool {
-    /// Tell the writer when `before` (what [`kept`] read before a change)
-    /// differs from `h` now.
-    pub(in crate::pool) fn note(&self, before: Kept, h: &BackendHealth) {
-        if kept(h) != before {
-            self.changes.bump();
-        }
+    /// This pool's health records as plain data.
+    pub fn saved(&self) -> Saved<'_> {
+        Saved { pool: self }
+    }
+}
+
+impl Saved<'_> {
+    /// Bumped whenever what [`Saved::save`] returns may have changed: what
+    /// the state file writer waits on.
+    pub fn changes(&self) -> &Arc<HealthChanges> {
+        &self.pool.changes
     }
 
     /// Every backend's health record, in config order, under one lock;
     /// instants read as wall-clock time. Records a state file brought for
     /// discovered members not found yet come last.
-    pub fn save_health(&self) -> Vec<SavedBackend> {
+    pub fn save(&self) -> Vec<SavedBackend> {
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let m = self.backends();
+        let m = self.pool.backends();
         let mut saved: Vec<SavedBackend> = m
             .active
             .iter()
             .map(|b| {
-                let h = &b.health;
+                let h = b.health();
                 SavedBackend {
-                    name: b.config.name.clone(),
-                    addr: b.config.addr.clone(),
+                    name: b.config().name.clone(),
+                    addr: b.config().addr.clone(),
                     base: h.base(),
-                    quarantine: h.quarantine.map(|q| QuarantineSnapshot {
+                    quarantine: h.quarantine().map(|q| QuarantineSnapshot {
                         until: wall_time(q.until, now, wall),
                         reason: q.reason,
                     }),
-                    strikes: h.strikes,
-                    connect_failures: h.connect_failures,
-                    closes_at_once: h.closes_at_once,
-                    bad_probes: h.bad_probes,
-                    good_probes: h.good_probes,
-                    height: b.height,
-                    proven: b.proven,
-                    last_probe: b.last_probe.clone(),
+                    strikes: h.strikes(),
+                    connect_failures: h.connect_failures(),
+                    closes_at_once: h.closes_at_once(),
+                    bad_probes: h.bad_probes(),
+                    good_probes: h.good_probes(),
+                    height: b.height(),
+                    proven: b.proven(),
+                    last_probe: b.last_probe().cloned(),
                 }
             })
             .collect();
@@ -182,18 +196,33 @@ impl Pool {
     /// good. Each restored backend's epoch moves on, so a probe in flight
     /// is stale.
     /// Returns how many records were applied.
-    pub fn restore_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
-        self.put_back(saved, wall_now, false)
+    pub fn restore(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
+        self.pool.put_back(saved, wall_now, false)
     }
 
-    /// As [`Pool::restore_health`] for the records a live upgrade carries
+    /// As [`Saved::restore`] for the records a live upgrade carries
     /// over from the moment before: a window that has just ended is kept,
     /// so a backend waiting for its `rise` probes still waits for them.
-    pub fn restore_handed_health(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
-        self.put_back(saved, wall_now, true)
+    pub fn restore_handed(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
+        self.pool.put_back(saved, wall_now, true)
+    }
+}
+
+impl Pool {
+    /// Tell the writer when `before` (what [`kept`] read before a change)
+    /// differs from `h` now.
+    pub(in crate::pool) fn note(&self, before: Kept, h: &BackendHealth) {
+        if kept(h) != before {
+            self.changes.bump();
+        }
     }
 
-    fn put_back(&self, saved: &[SavedBackend], wall_now: SystemTime, keep_ended: bool) -> usize {
+    pub(in crate::pool) fn put_back(
+        &self,
+        saved: &[SavedBackend],
+        wall_now: SystemTime,
+        keep_ended: bool,
+    ) -> usize {
         let now = Instant::now();
         let at = At {
             pool: &self.name,
@@ -206,7 +235,7 @@ impl Pool {
         for b in m.active.iter_mut() {
             let Some(s) = saved
                 .iter()
-                .find(|s| s.name == b.config.name && s.addr == b.config.addr)
+                .find(|s| s.name == b.config().name && s.addr == b.config().addr)
             else {
                 continue;
             };
@@ -223,7 +252,7 @@ impl Pool {
                 .collect();
             let waiting = saved.iter().filter(|s| {
                 entries.iter().any(|e| s.name.starts_with(e))
-                    && !m.active.iter().any(|b| b.config.name == s.name)
+                    && !m.active.iter().any(|b| b.config().name == s.name)
             });
             m.unclaimed = waiting.cloned().collect();
         }
@@ -239,7 +268,7 @@ impl Pool {
     pub(in crate::pool) fn claim_saved(&self, unclaimed: &mut Vec<SavedBackend>, b: &mut Backend) {
         let Some(i) = unclaimed
             .iter()
-            .position(|s| s.name == b.config.name && s.addr == b.config.addr)
+            .position(|s| s.name == b.config().name && s.addr == b.config().addr)
         else {
             return;
         };
@@ -251,7 +280,7 @@ impl Pool {
             max: self.config().quarantine.max,
         };
         apply_saved(b, &s, at, false);
-        tracing::info!(pool = %self.name, backend = %b.config.name, "state_claimed");
+        tracing::info!(pool = %self.name, backend = %b.config().name, "state_claimed");
     }
 }
 
@@ -276,13 +305,11 @@ fn latest_end(reason: QuarantineReason, max: Duration, wall_now: SystemTime) -> 
     wall_now.checked_add(cap).unwrap_or(wall_now)
 }
 
-/// Put the saved record `s` on `b`: see [`Pool::restore_health`].
+/// Put the saved record `s` on `b`: see [`Saved::restore`].
 fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>, keep_ended: bool) {
     let At { now, wall_now, .. } = at;
-    let name = &b.config.name;
-    let h = &mut b.health;
-    h.set_base(s.base);
-    h.quarantine = s
+    let name = b.config().name.clone();
+    let quarantine = s
         .quarantine
         .filter(|q| keep_ended || q.until > wall_now)
         .map(|q| {
@@ -299,17 +326,20 @@ fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>, keep_ended: bool) 
                 reason: q.reason,
             }
         });
-    h.strikes = s.strikes;
-    h.connect_failures = s.connect_failures;
-    h.closes_at_once = s.closes_at_once;
-    h.bad_probes = s.bad_probes;
-    h.good_probes = s.good_probes;
-    h.epoch += 1;
-    b.height = s.height;
-    b.proven = s.proven;
-    b.last_probe = s.last_probe.clone();
+    let counts = Counts {
+        strikes: s.strikes,
+        connect_failures: s.connect_failures,
+        closes_at_once: s.closes_at_once,
+        bad_probes: s.bad_probes,
+        good_probes: s.good_probes,
+    };
+    let h = b.health_mut();
+    h.set_base(s.base);
+    h.restore(quarantine, counts);
+    b.set_height(s.height, s.proven);
+    b.set_last_probe(s.last_probe.clone());
     let closing = s.closes_at_once > 0;
-    b.stats.closing_at_once.store(closing, Ordering::Relaxed);
+    b.stats().closing_at_once.store(closing, Ordering::Relaxed);
 }
 
 #[cfg(test)]

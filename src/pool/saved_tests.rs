@@ -29,7 +29,7 @@ fn pool() -> Arc<Pool> {
 }
 
 fn id(pool: &Pool, name: &str) -> u64 {
-    let targets = pool.probe_targets();
+    let targets = pool.probing().probe_targets();
     targets.iter().find(|(_, c)| c.name == name).unwrap().0
 }
 
@@ -55,12 +55,14 @@ fn close_to(a: SystemTime, b: SystemTime, within: Duration) -> bool {
 fn windows_and_strikes_survive_a_round_trip_through_json() {
     let old = pool();
     let wall = SystemTime::now();
-    old.quarantine("a", Duration::from_secs(600)).unwrap();
+    old.operator()
+        .quarantine("a", Duration::from_secs(600))
+        .unwrap();
     // b: taken out, its window over and still down: the second, doubled one.
     let now = Instant::now();
     down(&old, "b", now);
     down(&old, "b", now + BASE + Duration::from_secs(1));
-    let out = old.save_health();
+    let out = old.saved().save();
     assert_eq!(out.len(), 3);
     let a = saved(&out, "a");
     let qa = a.quarantine.unwrap();
@@ -83,10 +85,13 @@ fn windows_and_strikes_survive_a_round_trip_through_json() {
     assert_eq!(back, out);
 
     let new = pool();
-    let version = new.changes().version();
-    assert_eq!(new.restore_health(&back, SystemTime::now()), 3);
-    assert!(new.changes().version() > version, "the writer is told");
-    let again = new.save_health();
+    let version = new.saved().changes().version();
+    assert_eq!(new.saved().restore(&back, SystemTime::now()), 3);
+    assert!(
+        new.saved().changes().version() > version,
+        "the writer is told"
+    );
+    let again = new.saved().save();
     for (was, is) in out.iter().zip(&again) {
         assert_eq!((&was.name, was.strikes), (&is.name, is.strikes));
         assert_eq!(was.base, is.base);
@@ -100,7 +105,7 @@ fn windows_and_strikes_survive_a_round_trip_through_json() {
             other => panic!("{}: {other:?}", was.name),
         }
     }
-    let snap = new.snapshot();
+    let snap = new.view().snapshot();
     assert_eq!(snap.backends[0].state, State::Quarantined);
     assert_eq!(snap.backends[1].state, State::Down);
     assert_eq!(snap.backends[1].strikes, 2);
@@ -122,14 +127,14 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
         proven: true,
         ..SavedBackend::new("a".into(), "127.0.0.1:9".into(), Some(window), 0)
     };
-    assert_eq!(pool.restore_health(&[record], SystemTime::now()), 1);
+    assert_eq!(pool.saved().restore(&[record], SystemTime::now()), 1);
     for conn in 0..3 {
         let entry = ConnEntry {
             client: "127.0.0.1:5".parse().unwrap(),
             started: SystemTime::now(),
             closer: Arc::new(Closer::new()),
         };
-        let (_lease, target) = pool.reserve(conn, entry, &[]).unwrap();
+        let (_lease, target) = pool.legs().reserve(conn, entry, &[]).unwrap();
         assert_ne!(target.config.name, "a", "client {conn} sent to a");
     }
     // A probe that started before the restore is dropped.
@@ -140,7 +145,7 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
         epoch,
         Instant::now() + Duration::from_secs(400),
     );
-    let snap = pool.snapshot();
+    let snap = pool.view().snapshot();
     assert_eq!(snap.backends[0].state, State::Quarantined);
     assert_eq!(
         (snap.backends[0].height, snap.backends[0].proven),
@@ -157,8 +162,8 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
         reason: QuarantineReason::Down,
     };
     let mut record = SavedBackend::new("b".into(), "127.0.0.1:10".into(), Some(ended), 3);
-    assert_eq!(pool.restore_health(&[record.clone()], wall), 1);
-    let b = &pool.snapshot().backends[1];
+    assert_eq!(pool.saved().restore(&[record.clone()], wall), 1);
+    let b = &pool.view().snapshot().backends[1];
     assert_eq!(
         (b.state, b.quarantine, b.strikes),
         (State::Unknown, None, 3)
@@ -167,7 +172,7 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
     // The next window is the fourth: 8 × base, not base.
     let before = SystemTime::now();
     down(&pool, "b", Instant::now());
-    let b = &pool.snapshot().backends[1];
+    let b = &pool.view().snapshot().backends[1];
     assert_eq!(b.strikes, 4);
     let until = b.quarantine.unwrap().until;
     assert!(
@@ -181,42 +186,54 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
         ..q
     });
     let fresh = self::pool();
-    fresh.restore_health(&[record], wall);
-    assert_eq!(fresh.snapshot().backends[1].state, State::Down);
+    fresh.saved().restore(&[record], wall);
+    assert_eq!(fresh.view().snapshot().backends[1].state, State::Down);
 }
 
 #[test]
 fn records_of_other_nodes_are_ignored() {
     let old = pool();
-    old.quarantine("a", Duration::from_secs(600)).unwrap();
-    old.quarantine("b", Duration::from_secs(600)).unwrap();
-    let mut out = old.save_health();
+    old.operator()
+        .quarantine("a", Duration::from_secs(600))
+        .unwrap();
+    old.operator()
+        .quarantine("b", Duration::from_secs(600))
+        .unwrap();
+    let mut out = old.saved().save();
     // b moved to another address: another node, however it is named.
     out[1].addr = "127.0.0.1:12".into();
     // A backend the config no longer has.
     out[2].name = "gone".into();
     let new = pool();
-    assert_eq!(new.restore_health(&out, SystemTime::now()), 1);
-    let states: Vec<State> = new.snapshot().backends.iter().map(|b| b.state).collect();
+    assert_eq!(new.saved().restore(&out, SystemTime::now()), 1);
+    let states: Vec<State> = new
+        .view()
+        .snapshot()
+        .backends
+        .iter()
+        .map(|b| b.state)
+        .collect();
     assert_eq!(states, [State::Quarantined, State::Unknown, State::Unknown]);
-    assert_eq!(new.restore_health(&[], SystemTime::now()), 0);
+    assert_eq!(new.saved().restore(&[], SystemTime::now()), 0);
 }
 
 #[test]
 fn every_change_worth_saving_bumps_the_signal_and_nothing_else_does() {
     let pool = pool();
-    let mut seen = pool.changes().subscribe();
+    let mut seen = pool.saved().changes().subscribe();
     let mut bumped = || {
         let yes = seen.has_changed().unwrap();
         seen.borrow_and_update();
         yes
     };
     let b = id(&pool, "b");
-    pool.record_served(b);
+    pool.legs().record_served(b);
     assert!(!bumped(), "served changes nothing saved");
-    pool.quarantine("a", Duration::from_secs(60)).unwrap();
+    pool.operator()
+        .quarantine("a", Duration::from_secs(60))
+        .unwrap();
     assert!(bumped(), "manual quarantine");
-    assert!(pool.release("a").unwrap());
+    assert!(pool.operator().release("a").unwrap());
     assert!(bumped(), "release");
     down(&pool, "b", Instant::now());
     assert!(bumped(), "probe quarantine");
@@ -224,13 +241,13 @@ fn every_change_worth_saving_bumps_the_signal_and_nothing_else_does() {
     down(&pool, "b", Instant::now());
     assert!(!bumped(), "a probe inside the window");
     let c = id(&pool, "c");
-    pool.record_connect(c, Instant::now(), true);
+    pool.legs().record_connect(c, Instant::now(), true);
     assert!(bumped(), "unknown to healthy");
-    pool.record_connect(c, Instant::now(), true);
+    pool.legs().record_connect(c, Instant::now(), true);
     assert!(!bumped(), "healthy again");
     let now = Instant::now();
     for _ in 0..3 {
-        pool.record_connect(c, now, false);
+        pool.legs().record_connect(c, now, false);
     }
     // One incident, counted once; below `failures` nothing saved changes.
     assert!(!bumped(), "one connect incident");
@@ -263,8 +280,8 @@ fn a_window_from_a_wrong_clock_is_capped_at_the_longest_it_could_be() {
             1,
         ),
     ];
-    assert_eq!(pool.restore_health(&records, wall), 3);
-    let snap = pool.snapshot();
+    assert_eq!(pool.saved().restore(&records, wall), 3);
+    let snap = pool.view().snapshot();
     let until = |i: usize| snap.backends[i].quarantine.unwrap().until;
     let second = Duration::from_secs(1);
     // Automatic: `quarantine.max` (1h) from now; manual: the longest an

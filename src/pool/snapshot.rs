@@ -11,9 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::pool::backend::Backend;
 use crate::pool::discovered;
 use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
-use crate::pool::registry::{Backend, BackendStats, ConnEntry, ConnId, Pool, ProbeRecord};
+use crate::pool::registry::{BackendStats, ConnEntry, ConnId, Pool, ProbeRecord};
+use crate::pool::tally::Ends;
 
 /// One pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,7 +95,7 @@ pub struct BackendSnapshot {
     /// Live connections registered on it (connecting ones included).
     pub connections: usize,
     /// Those connections, oldest first; empty in an
-    /// [`overview`](Pool::overview), which only counts them.
+    /// [`overview`](crate::pool::snapshot::PoolView::overview), which only counts them.
     pub conns: Vec<ConnSnapshot>,
 }
 
@@ -195,21 +197,68 @@ impl ConnSnapshot {
     }
 }
 
+/// What a pool shows of itself: its snapshots, its client counts and how
+/// its connections ended. Every read copies out; nothing changes.
+#[derive(Clone, Copy)]
+pub struct PoolView<'a> {
+    pool: &'a Pool,
+}
+
 impl Pool {
+    /// What this pool shows of itself.
+    pub fn view(&self) -> PoolView<'_> {
+        PoolView { pool: self }
+    }
+}
+
+impl PoolView<'_> {
     /// Everything about this pool now, every live connection included.
     /// Costs O(connections) under the pool lock: for state files, the demo
     /// and tests, not for every scrape.
     pub fn snapshot(&self) -> PoolSnapshot {
-        self.take_snapshot(true)
+        self.pool.take_snapshot(true)
     }
 
     /// The same snapshot without the per-connection list (`conns` empty,
     /// `connections` still counts them): O(backends) under the lock, what
     /// `/status` and `/metrics` read.
     pub fn overview(&self) -> PoolSnapshot {
-        self.take_snapshot(false)
+        self.pool.take_snapshot(false)
     }
 
+    /// The rejects and ends so far, each configured backend's included
+    /// (at 0 when none ended).
+    pub fn ends(&self) -> Ends {
+        let m = self.pool.backends();
+        let backends = m
+            .active
+            .iter()
+            .map(|b| (b.config().name.as_str(), &**b.stats()));
+        self.pool.tally.ends(backends)
+    }
+
+    /// Live client connections in the pool.
+    pub fn clients(&self) -> usize {
+        self.pool.clients.load(Ordering::Acquire)
+    }
+
+    /// Client connections admitted and not spliced yet: being accepted,
+    /// connecting to a backend or failing over. O(connections).
+    pub fn connecting(&self) -> usize {
+        let m = self.pool.backends();
+        let spliced = m
+            .active
+            .iter()
+            .chain(&m.leaving)
+            .flat_map(|b| b.conns().values())
+            .filter(|e| e.closer.is_spliced())
+            .count();
+        drop(m);
+        self.clients().saturating_sub(spliced)
+    }
+}
+
+impl Pool {
     fn take_snapshot(&self, with_conns: bool) -> PoolSnapshot {
         let (now, wall) = (Instant::now(), SystemTime::now());
         let m = self.backends();
@@ -244,7 +293,7 @@ impl Pool {
         PoolSnapshot {
             name: self.name.clone(),
             listen: self.listen().to_vec(),
-            clients: self.clients(),
+            clients: self.view().clients(),
             rebalance_moves: self.rebalance_moves.load(Ordering::Relaxed),
             backends,
             discovery,
@@ -255,9 +304,9 @@ impl Pool {
 impl BackendSnapshot {
     /// Copy `b` out; `now` and `wall` are the two clocks' same moment.
     fn of(b: &Backend, with_conns: bool, now: Instant, wall: SystemTime) -> BackendSnapshot {
-        let h = &b.health;
+        let h = b.health();
         let conns = if with_conns {
-            b.conns
+            b.conns()
                 .iter()
                 .map(|(&id, e)| ConnSnapshot::of(id, e))
                 .collect()
@@ -265,26 +314,26 @@ impl BackendSnapshot {
             Vec::new()
         };
         BackendSnapshot {
-            name: b.config.name.clone(),
-            addr: b.config.addr.clone(),
-            backup: b.config.backup,
-            discovered_from: b.config.discovered_from.clone(),
+            name: b.config().name.clone(),
+            addr: b.config().addr.clone(),
+            backup: b.config().backup,
+            discovered_from: b.config().discovered_from.clone(),
             leaving_at: None,
             state: h.state(),
-            quarantine: h.quarantine.map(|q| QuarantineSnapshot {
+            quarantine: h.quarantine().map(|q| QuarantineSnapshot {
                 until: wall_time(q.until, now, wall),
                 reason: q.reason,
             }),
-            strikes: h.strikes,
-            good_probes: h.good_probes,
-            bad_probes: h.bad_probes,
-            connect_failures: h.connect_failures,
-            closes_at_once: h.closes_at_once,
-            height: b.height,
-            proven: b.proven,
-            last_probe: b.last_probe.clone(),
-            counters: Counters::of(&b.stats),
-            connections: b.conns.len(),
+            strikes: h.strikes(),
+            good_probes: h.good_probes(),
+            bad_probes: h.bad_probes(),
+            connect_failures: h.connect_failures(),
+            closes_at_once: h.closes_at_once(),
+            height: b.height(),
+            proven: b.proven(),
+            last_probe: b.last_probe().cloned(),
+            counters: Counters::of(b.stats()),
+            connections: b.conns().len(),
             conns,
         }
     }
@@ -326,13 +375,16 @@ mod tests {
             started,
             closer: Arc::new(Closer::new()),
         };
-        let (_lease, target) = pool.reserve(42, entry.clone(), &[]).unwrap();
+        let (_lease, target) = pool.legs().reserve(42, entry.clone(), &[]).unwrap();
         entry.closer.bytes_up.fetch_add(100, Ordering::Relaxed);
         entry.closer.bytes_down.fetch_add(2500, Ordering::Relaxed);
         target.stats.bytes_up.fetch_add(100, Ordering::Relaxed);
-        assert!(pool.splice_if_wanted(target.id, target.usable, &entry.closer));
+        assert!(
+            pool.legs()
+                .splice_if_wanted(target.id, target.usable, &entry.closer)
+        );
 
-        let snap = pool.snapshot();
+        let snap = pool.view().snapshot();
         assert_eq!(snap.name, "p");
         assert_eq!(snap.backends.len(), 2);
         let a = &snap.backends[0];
@@ -358,13 +410,13 @@ mod tests {
         assert!(snap.backends[1].conns.is_empty());
 
         // The overview counts connections without listing them.
-        let overview = pool.overview();
+        let overview = pool.view().overview();
         assert_eq!(overview.backends[0].connections, 1);
         assert!(overview.backends[0].conns.is_empty());
 
         entry.closer.close(crate::pool::close::CloseReason::Drained);
         assert_eq!(
-            pool.snapshot().backends[0].conns[0].state,
+            pool.view().snapshot().backends[0].conns[0].state,
             ConnState::Closing
         );
     }
@@ -373,10 +425,12 @@ mod tests {
     fn a_quarantined_backend_carries_its_window_and_reason() {
         let pool = pool();
         let before = SystemTime::now();
-        pool.quarantine("b", Duration::from_secs(600)).unwrap();
+        pool.operator()
+            .quarantine("b", Duration::from_secs(600))
+            .unwrap();
         let after = SystemTime::now();
 
-        let snap = pool.snapshot();
+        let snap = pool.view().snapshot();
         let b = &snap.backends[1];
         assert_eq!(b.state, State::Quarantined);
         let q = b.quarantine.expect("quarantined");
@@ -396,14 +450,16 @@ mod tests {
     #[test]
     fn a_snapshot_survives_serde() {
         let pool = pool();
-        pool.quarantine("a", Duration::from_secs(60)).unwrap();
+        pool.operator()
+            .quarantine("a", Duration::from_secs(60))
+            .unwrap();
         let entry = ConnEntry {
             client: "192.0.2.7:40001".parse().unwrap(),
             started: SystemTime::now(),
             closer: Arc::new(Closer::new()),
         };
-        let (_lease, _) = pool.reserve(1, entry, &[]).unwrap();
-        let snap = pool.snapshot();
+        let (_lease, _) = pool.legs().reserve(1, entry, &[]).unwrap();
+        let snap = pool.view().snapshot();
         let json = serde_json::to_string(&snap).unwrap();
         assert!(json.contains("\"state\":\"quarantined\""), "{json}");
         assert!(json.contains("\"reason\":\"manual\""), "{json}");

@@ -26,7 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::StallRule;
-use crate::pool::registry::{Backend, BackendId, ConnId};
+use crate::pool::backend::Backend;
+use crate::pool::registry::{BackendId, ConnId};
 
 /// What the samples saw of one connection's bytes from its backend.
 #[derive(Debug, Clone, Copy)]
@@ -52,7 +53,7 @@ pub(in crate::pool) struct Traffic {
 /// Sample every spliced connection of `backends` at `now`.
 pub(in crate::pool) fn sample(backends: &mut [Backend], now: Instant) {
     for b in backends {
-        let Backend { conns, traffic, .. } = b;
+        let (conns, traffic) = b.conns_and_traffic();
         traffic.conns.retain(|id, _| conns.contains_key(id));
         for (id, entry) in conns.iter() {
             if !entry.closer.is_movable() {
@@ -105,7 +106,7 @@ pub(in crate::pool) fn stalled(
     timeout: Duration,
     rule: StallRule,
 ) -> Option<String> {
-    let b = backends.iter().find(|b| b.id == id)?;
+    let b = backends.iter().find(|b| b.id() == id)?;
     let since = now.checked_sub(timeout)?;
     let silent = |h: &Heard| {
         h.changed <= since
@@ -115,7 +116,7 @@ pub(in crate::pool) fn stalled(
             }
     };
     let judged: Vec<&Heard> = b
-        .traffic
+        .traffic()
         .conns
         .values()
         .filter(|h| h.first <= since)
@@ -124,7 +125,9 @@ pub(in crate::pool) fn stalled(
         return None;
     }
     let heard = backends.iter().find(|o| {
-        o.id != id && o.health.is_usable() && o.traffic.last_heard.is_some_and(|at| at > since)
+        o.id() != id
+            && o.health().is_usable()
+            && o.traffic().last_heard.is_some_and(|at| at > since)
     })?;
     let what = match rule {
         StallRule::Push => "received nothing",
@@ -134,7 +137,7 @@ pub(in crate::pool) fn stalled(
         "{} connections {what} for {} while {} sent",
         judged.len(),
         crate::config::span(timeout),
-        heard.config.name
+        heard.config().name
     ))
 }
 

@@ -40,6 +40,7 @@ struct Conn {
 /// A spliced connection on the named backend.
 fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
     let avoid: Vec<BackendId> = pool
+        .probing()
         .probe_targets()
         .into_iter()
         .filter(|(_, c)| c.name != on)
@@ -51,9 +52,12 @@ fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
         started: SystemTime::now(),
         closer: closer.clone(),
     };
-    let (lease, target) = pool.reserve(id, entry, &avoid).unwrap();
+    let (lease, target) = pool.legs().reserve(id, entry, &avoid).unwrap();
     assert_eq!(target.config.name, on);
-    assert!(pool.splice_if_wanted(target.id, target.usable, &closer));
+    assert!(
+        pool.legs()
+            .splice_if_wanted(target.id, target.usable, &closer)
+    );
     Conn {
         closer,
         _lease: lease,
@@ -61,7 +65,8 @@ fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
 }
 
 fn id(pool: &Pool, name: &str) -> BackendId {
-    pool.probe_targets()
+    pool.probing()
+        .probe_targets()
         .into_iter()
         .find(|(_, c)| c.name == name)
         .unwrap()
@@ -78,7 +83,7 @@ fn probe(pool: &Pool, name: &str) -> (ProbeOutcome, String) {
         epoch,
         Instant::now(),
     );
-    let snap = pool.overview();
+    let snap = pool.view().overview();
     let p = snap
         .backends
         .iter()
@@ -91,7 +96,8 @@ fn probe(pool: &Pool, name: &str) -> (ProbeOutcome, String) {
 }
 
 fn state(pool: &Pool, name: &str) -> State {
-    pool.overview()
+    pool.view()
+        .overview()
         .backends
         .into_iter()
         .find(|b| b.name == name)
@@ -136,7 +142,7 @@ async fn a_silent_backend_beside_a_talking_one_is_stalled_and_drained() {
     assert_eq!(state(&pool, "a"), State::Healthy, "fall is 2");
     assert_eq!(probe(&pool, "a").0, ProbeOutcome::Stalled);
     assert_eq!(state(&pool, "a"), State::Stalled);
-    let q = pool.overview().backends[0].quarantine.unwrap();
+    let q = pool.view().overview().backends[0].quarantine.unwrap();
     assert_eq!(q.reason.as_str(), "stalled");
     pool.drains().step(Instant::now());
     assert!(a.closer.is_closing(), "its clients go to b");
@@ -191,7 +197,7 @@ async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
         epoch,
         Instant::now(),
     );
-    let snap = pool.overview();
+    let snap = pool.view().overview();
     assert_eq!(
         snap.backends[0].last_probe.as_ref().unwrap().outcome,
         ProbeOutcome::Down

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::pool::admission::Refusal;
 use crate::pool::close::CloseReason;
-use crate::pool::registry::{BackendStats, Pool};
+use crate::pool::registry::BackendStats;
 
 /// The pool's own counters.
 #[derive(Debug, Default)]
@@ -39,41 +39,33 @@ fn per_reason(counts: &[AtomicU64; CloseReason::ALL.len()]) -> Vec<(CloseReason,
         .collect()
 }
 
-impl Pool {
-    /// A client was refused at accept for `reason` (the `rejected` event's).
-    pub fn count_rejected(&self, reason: Refusal) {
-        let mut rejected = self
-            .tally
-            .rejected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+impl Tally {
+    /// A client was refused at accept for `reason`.
+    pub(in crate::pool) fn count_rejected(&self, reason: Refusal) {
+        let mut rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
         *rejected.entry(reason.as_str()).or_default() += 1;
     }
 
     /// A connection ended for `reason`, on the backend whose counters are
     /// `stats`, or before it reached one (`None`).
-    pub fn count_closed(&self, stats: Option<&BackendStats>, reason: CloseReason) {
-        let counts = stats.map_or(&self.tally.unplaced, |s| &s.closed);
+    pub(in crate::pool) fn count_closed(&self, stats: Option<&BackendStats>, reason: CloseReason) {
+        let counts = stats.map_or(&self.unplaced, |s| &s.closed);
         counts[reason.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The rejects and ends so far, each configured backend's included
-    /// (at 0 when none ended).
-    pub fn ends(&self) -> Ends {
+    /// The rejects and ends so far; `backends` gives each configured
+    /// backend's name and counters (listed at 0 when none ended).
+    pub(in crate::pool) fn ends<'b>(
+        &self,
+        backends: impl Iterator<Item = (&'b str, &'b BackendStats)>,
+    ) -> Ends {
         let rejected = self
-            .tally
             .rejected
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut closed = vec![(String::new(), per_reason(&self.tally.unplaced))];
-        let backends = self.backends();
-        closed.extend(
-            backends
-                .active
-                .iter()
-                .map(|b| (b.config.name.clone(), per_reason(&b.stats.closed))),
-        );
+        let mut closed = vec![(String::new(), per_reason(&self.unplaced))];
+        closed.extend(backends.map(|(name, stats)| (name.to_owned(), per_reason(&stats.closed))));
         Ends { rejected, closed }
     }
 }
@@ -82,19 +74,23 @@ impl Pool {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::pool::registry::Pool;
+    use std::sync::Arc;
     use tokio_util::sync::CancellationToken;
 
     #[test]
     fn ends_are_counted_per_backend_and_reason_and_rejects_per_reason() {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [127.0.0.1:1, 127.0.0.1:2]\n";
         let c = Config::parse(yaml, "t.yaml".as_ref()).unwrap();
-        let pool = Pool::new(c.pools[0].clone(), CancellationToken::new());
-        let stats = pool.backends().active[1].stats.clone();
-        pool.count_closed(Some(&stats), CloseReason::ClientClosed);
-        pool.count_closed(Some(&stats), CloseReason::ClientClosed);
-        pool.count_closed(None, CloseReason::NoBackend);
-        pool.count_rejected(Refusal::MaxConnections);
-        let ends = pool.ends();
+        let pool = Arc::new(Pool::new(c.pools[0].clone(), CancellationToken::new()));
+        let stats = pool.backends().active[1].stats().clone();
+        pool.legs()
+            .count_closed(Some(&stats), CloseReason::ClientClosed);
+        pool.legs()
+            .count_closed(Some(&stats), CloseReason::ClientClosed);
+        pool.legs().count_closed(None, CloseReason::NoBackend);
+        pool.gate().count_rejected(Refusal::MaxConnections);
+        let ends = pool.view().ends();
         assert_eq!(ends.rejected, BTreeMap::from([("max_connections", 1)]));
         let count = |backend: &str, reason| {
             let (_, reasons) = ends.closed.iter().find(|(b, _)| b == backend).unwrap();

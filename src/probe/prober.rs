@@ -106,7 +106,7 @@ impl Prober {
 
     /// Probe every backend of `pool`.
     pub fn watch(&self, pool: &Arc<Pool>) {
-        for (id, backend) in pool.probe_targets() {
+        for (id, backend) in pool.probing().probe_targets() {
             self.subscribe(pool, id, &backend);
         }
     }
@@ -185,7 +185,7 @@ impl Prober {
             // ourselves; take it out as a client connect would.
             if let Some(to) = self.self_loop(&key, &live).await {
                 for (pool, id, _) in live {
-                    pool.record_self_loop(id, to);
+                    pool.legs().record_self_loop(id, to);
                 }
             } else {
                 started = Instant::now();

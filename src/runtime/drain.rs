@@ -59,8 +59,11 @@ mod tests {
                 started: SystemTime::now(),
                 closer: closer.clone(),
             };
-            let (lease, target) = pool.reserve(id, entry, &[]).unwrap();
-            assert!(pool.splice_if_wanted(target.id, target.usable, &closer));
+            let (lease, target) = pool.legs().reserve(id, entry, &[]).unwrap();
+            assert!(
+                pool.legs()
+                    .splice_if_wanted(target.id, target.usable, &closer)
+            );
             if target.config.name == "a" {
                 on_a.push(closer);
             }
@@ -69,7 +72,9 @@ mod tests {
         // Let the task reach its first wait, with nothing to do.
         tokio::task::yield_now().await;
         let t0 = Instant::now();
-        pool.quarantine("a", Duration::from_secs(3600)).unwrap();
+        pool.operator()
+            .quarantine("a", Duration::from_secs(3600))
+            .unwrap();
         let mut times = Vec::new();
         for closer in &on_a {
             closer.closed().await;

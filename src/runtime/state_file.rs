@@ -54,7 +54,7 @@ impl SavedState {
     pub fn of(pools: &[Arc<Pool>]) -> SavedState {
         let pools = pools
             .iter()
-            .map(|p| (p.name.clone(), p.save_health()))
+            .map(|p| (p.name.clone(), p.saved().save()))
             .collect();
         SavedState {
             pools,
@@ -69,7 +69,7 @@ impl SavedState {
             .iter()
             .filter_map(|p| {
                 let (_, saved) = self.pools.iter().find(|(name, _)| *name == p.name)?;
-                Some(p.restore_health(saved, wall_now))
+                Some(p.saved().restore(saved, wall_now))
             })
             .sum()
     }

@@ -34,7 +34,7 @@ fn a_saved_file_reads_back_with_windows_reasons_and_strikes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let pools = [pool()];
-    pools[0].quarantine("b", 600 * S).unwrap();
+    pools[0].operator().quarantine("b", 600 * S).unwrap();
     let state = SavedState::of(&pools);
     let written_at = UNIX_EPOCH + 1_800_000_000 * S;
     save(&path, &state, written_at).unwrap();
@@ -66,7 +66,7 @@ fn a_saved_file_reads_back_with_windows_reasons_and_strikes() {
     );
 
     // Saved again over it: replaced, still no temporary file.
-    pools[0].release("b").unwrap();
+    pools[0].operator().release("b").unwrap();
     save(&path, &SavedState::of(&pools), written_at).unwrap();
     assert_eq!(names(dir.path()), ["state.json"]);
     assert_eq!(load(&path).unwrap().pools[0].1[1].strikes, 0);
@@ -142,7 +142,7 @@ fn a_failed_save_leaves_the_old_file_and_no_temporary_one() {
 #[test]
 fn records_go_back_to_the_pool_of_the_same_name_only() {
     let old = [pool()];
-    old[0].quarantine("a", 600 * S).unwrap();
+    old[0].operator().quarantine("a", 600 * S).unwrap();
     let mut state = SavedState::of(&old);
     state.pools.push(("other".into(), state.pools[0].1.clone()));
     let new = [pool()];
@@ -185,14 +185,14 @@ async fn the_writer_saves_each_change_at_most_once_a_second_and_at_shutdown() {
         0,
     );
     let token = CancellationToken::new();
-    let writer = write_on_change(path.clone(), control, pool.changes(), token.clone());
+    let writer = write_on_change(path.clone(), control, pool.saved().changes(), token.clone());
     let task = tokio::spawn(writer);
     assert!(!path.exists(), "nothing changed, nothing written");
 
-    pool.quarantine("a", 600 * S).unwrap();
+    pool.operator().quarantine("a", 600 * S).unwrap();
     until_shown(&path, "a").await;
     let first = Instant::now();
-    pool.quarantine("b", 600 * S).unwrap();
+    pool.operator().quarantine("b", 600 * S).unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(
         !shows_quarantined(&path, "b"),
@@ -202,7 +202,7 @@ async fn the_writer_saves_each_change_at_most_once_a_second_and_at_shutdown() {
     assert!(first.elapsed() >= S, "{:?}", first.elapsed());
 
     // A change just before shutdown, inside the pace: the last write has it.
-    pool.quarantine("c", 600 * S).unwrap();
+    pool.operator().quarantine("c", 600 * S).unwrap();
     token.cancel();
     task.await.unwrap();
     assert!(shows_quarantined(&path, "c"));
@@ -225,10 +225,10 @@ async fn a_failed_write_is_retried_without_a_further_change() {
     let task = tokio::spawn(write_on_change(
         path.clone(),
         control,
-        pool.changes(),
+        pool.saved().changes(),
         token.clone(),
     ));
-    pool.quarantine("a", 600 * S).unwrap();
+    pool.operator().quarantine("a", 600 * S).unwrap();
     // Let the first attempt fail, then make the directory.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!path.exists());
@@ -269,7 +269,7 @@ fn a_link_planted_at_a_temporary_name_is_never_written_through() {
     let old_name = format!(".state.json.{}.tmp", std::process::id());
     std::os::unix::fs::symlink(&victim, dir.path().join(&old_name)).unwrap();
     let pools = [pool()];
-    pools[0].quarantine("a", 600 * S).unwrap();
+    pools[0].operator().quarantine("a", 600 * S).unwrap();
     save(&path, &SavedState::of(&pools), SystemTime::now()).unwrap();
     assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
     assert!(shows_quarantined(&path, "a"));
@@ -290,7 +290,7 @@ fn a_missing_state_directory_is_made_at_start() {
     let mode = made.permissions().mode();
     assert_eq!(mode & 0o7027, 0, "{mode:o}");
     let pools = [pool()];
-    pools[0].quarantine("a", 600 * S).unwrap();
+    pools[0].operator().quarantine("a", 600 * S).unwrap();
     save(&path, &SavedState::of(&pools), SystemTime::now()).unwrap();
     assert!(shows_quarantined(&path, "a"));
 }
@@ -301,7 +301,7 @@ fn a_file_written_ahead_of_the_clock_counts_its_windows_from_now() {
     let century = 100 * 365 * 86_400 * S;
     let written_at = now + century;
     let pools = [pool()];
-    pools[0].quarantine("a", 600 * S).unwrap();
+    pools[0].operator().quarantine("a", 600 * S).unwrap();
     let mut state = SavedState::of(&pools);
     // As a clock a century ahead wrote it: ten minutes left then.
     let window = state.pools[0].1[0].quarantine.as_mut().unwrap();

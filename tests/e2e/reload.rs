@@ -209,7 +209,9 @@ async fn quarantine_and_strikes_survive_a_reload() {
     write(&[("a", a.addr)]);
     let proxy = Running::start_file(&path);
     let (control, p) = (proxy.control(), proxy.pool());
-    p.quarantine("a", Duration::from_secs(3600)).unwrap();
+    p.operator()
+        .quarantine("a", Duration::from_secs(3600))
+        .unwrap();
     let before = pin_proxy::inspect::status(p).backends[0].clone();
     assert_eq!(before.state, State::Quarantined);
     write(&[("a", a.addr), ("b", b.addr)]);

@@ -64,7 +64,7 @@ async fn manual_quarantine_drains_and_lasts_exactly_its_window_despite_passing_p
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
 
     let started = Instant::now();
-    proxy.pool().quarantine("a", WINDOW).unwrap();
+    proxy.pool().operator().quarantine("a", WINDOW).unwrap();
     let passed_before = proxy.probes("a", ProbeOutcome::Healthy);
     let q = proxy.backend("a").quarantine.expect("quarantined");
     assert_eq!(
@@ -126,24 +126,30 @@ async fn release_ends_the_window_but_waits_for_a_passing_probe() {
     let proxy = Running::start(&yaml(&[&a, &b], "100ms", "300ms"));
     proxy.wait_state("a", State::Healthy).await;
     proxy.wait_state("b", State::Healthy).await;
-    assert_eq!(proxy.pool().release("b"), Ok(false), "b is not quarantined");
+    assert_eq!(
+        proxy.pool().operator().release("b"),
+        Ok(false),
+        "b is not quarantined"
+    );
     assert_eq!(proxy.state("b"), State::Healthy);
-    assert!(proxy.pool().release("nope").is_err());
+    assert!(proxy.pool().operator().release("nope").is_err());
     assert!(
         proxy
             .pool()
+            .operator()
             .quarantine("nope", Duration::from_secs(1))
             .is_err()
     );
 
     proxy
         .pool()
+        .operator()
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
     // Reached but not answering: the probes after the release say unknown.
     a.set_silent(true);
     let unknown = proxy.probes("a", ProbeOutcome::Unknown);
-    assert_eq!(proxy.pool().release("a"), Ok(true));
+    assert_eq!(proxy.pool().operator().release("a"), Ok(true));
     wait_until("two unknown probes after the release", T, || {
         proxy.probes("a", ProbeOutcome::Unknown) >= unknown + 2
     })
@@ -174,6 +180,7 @@ async fn probe_result_that_raced_a_manual_quarantine_is_dropped() {
     wait_until("next probe in flight", T, || a.accepted() > dialled).await;
     proxy
         .pool()
+        .operator()
         .quarantine("a", Duration::from_millis(50))
         .unwrap();
     wait_until("probe gave up", T, || a.live() == 0).await;
@@ -206,11 +213,13 @@ async fn both_out_last_leg_on_a(proxy: &Running) -> TcpStream {
     proxy.wait_connections(&[("a", 1), ("b", 1)]).await;
     proxy
         .pool()
+        .operator()
         .quarantine("b", Duration::from_secs(3600))
         .unwrap();
     closed(&mut on_b).await;
     proxy
         .pool()
+        .operator()
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
     first
@@ -229,7 +238,7 @@ async fn last_leg_is_kept_until_a_peer_is_usable_again() {
     assert!(proxy.none_closing("a"), "the last leg was drained");
 
     // B comes back (after a passed probe): A's clients are drained at once.
-    proxy.pool().release("b").unwrap();
+    proxy.pool().operator().release("b").unwrap();
     proxy.wait_state("b", State::Healthy).await;
     closed(&mut first).await;
     closed(&mut second).await;
@@ -276,8 +285,8 @@ async fn backends_released_together_keep_the_last_leg() {
 
     // A's probes cannot pass yet, so B is surely back first.
     a.set_silent(true);
-    assert_eq!(proxy.pool().release("b"), Ok(true));
-    assert_eq!(proxy.pool().release("a"), Ok(true));
+    assert_eq!(proxy.pool().operator().release("b"), Ok(true));
+    assert_eq!(proxy.pool().operator().release("a"), Ok(true));
     proxy.wait_state("b", State::Healthy).await;
     let unknown = proxy.probes("a", ProbeOutcome::Unknown);
     wait_until("a probed after b's return", T, || {
@@ -309,17 +318,18 @@ async fn the_end_of_a_window_and_a_release_are_probed_at_once() {
     let passed = proxy.probes("a", ProbeOutcome::Healthy);
 
     let start = Instant::now();
-    proxy.pool().quarantine("a", WINDOW).unwrap();
+    proxy.pool().operator().quarantine("a", WINDOW).unwrap();
     proxy.wait_state("a", State::Healthy).await;
     assert!(start.elapsed() >= WINDOW, "back before its window ended");
     assert_eq!(proxy.probes("a", ProbeOutcome::Healthy), passed + 1);
 
     proxy
         .pool()
+        .operator()
         .quarantine("a", Duration::from_secs(3600))
         .unwrap();
     assert_eq!(proxy.state("a"), State::Quarantined);
-    assert_eq!(proxy.pool().release("a"), Ok(true));
+    assert_eq!(proxy.pool().operator().release("a"), Ok(true));
     proxy.wait_state("a", State::Healthy).await;
     assert_eq!(proxy.probes("a", ProbeOutcome::Healthy), passed + 2);
     proxy.stop().await;

@@ -1,6 +1,6 @@
 //! A pin-proxy server in the test's own runtime: start it from YAML, reach
 //! its pools, wait for a backend state, read status snapshots, stop it
-//! gracefully. Reads of pool snapshots (`Pool::snapshot()`) stay here, as
+//! gracefully. Reads of pool snapshots (`pool.view().snapshot()`) stay here, as
 //! named helpers, so a change of the snapshot touches this file only.
 
 use std::net::SocketAddr;
@@ -154,6 +154,7 @@ impl Running {
     /// closing.
     pub fn spliced(&self) -> usize {
         self.pool()
+            .view()
             .snapshot()
             .backends
             .iter()
@@ -165,6 +166,7 @@ impl Running {
     /// The snapshot of backend `name` of the first pool.
     pub fn backend_snapshot(&self, name: &str) -> BackendSnapshot {
         self.pool()
+            .view()
             .snapshot()
             .backends
             .into_iter()
@@ -191,7 +193,7 @@ impl Running {
     /// Probe results of any outcome applied to the first backend of pool
     /// number `pool` so far.
     pub fn probes_applied(&self, pool: usize) -> u64 {
-        self.pools[pool].snapshot().backends[0]
+        self.pools[pool].view().snapshot().backends[0]
             .counters
             .probes
             .values()

@@ -30,7 +30,10 @@ async fn main() -> anyhow::Result<()> {
     let _client = TcpStream::connect(listener.local_addr()?).await?;
     let (accepted, peer) = listener.accept().await?;
     let other = TcpStream::connect(listener.local_addr()?).await?;
-    let admission = pool.admit_from(peer.ip()).expect("below max_connections");
+    let admission = pool
+        .gate()
+        .admit_from(peer.ip())
+        .expect("below max_connections");
     let stats = BackendStats::default();
     let closer = Closer::new();
     let splice = pin_proxy::net::splice::splice(&accepted, &other, &stats, None, &closer);

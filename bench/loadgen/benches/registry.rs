@@ -69,11 +69,16 @@ fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 6] {
     };
     // Least-used selection spreads them evenly: the pool is balanced.
     let held: Vec<Lease> = (0..conns as u64)
-        .map(|id| pool.reserve(id, entry.clone(), &[]).expect("a backend").0)
+        .map(|id| {
+            pool.legs()
+                .reserve(id, entry.clone(), &[])
+                .expect("a backend")
+                .0
+        })
         .collect();
     let mut next_id = conns as u64;
     let reserve = time_per_op(budget, || {
-        let lease = pool.reserve(next_id, entry.clone(), &[]);
+        let lease = pool.legs().reserve(next_id, entry.clone(), &[]);
         next_id += 1;
         drop(black_box(lease));
     });
@@ -95,7 +100,7 @@ fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 6] {
         black_box(json);
     });
     let snapshot = time_per_op(budget, || {
-        black_box(pool.snapshot());
+        black_box(pool.view().snapshot());
     });
     drop(held);
     [reserve, pick, tick, plan, status, snapshot]

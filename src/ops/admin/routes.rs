@@ -399,7 +399,10 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
                 .backends
                 .into_iter()
                 .find(|b| b.name == backend);
-            let kept = p.quarantine(&backend, window).map_err(not_found)?;
+            let kept = p
+                .operator()
+                .quarantine(&backend, window)
+                .map_err(not_found)?;
             let mut answer = backend_answer(ctx, pool, &backend)?;
             answer.kept_connections = (kept > 0).then_some(kept);
             if let Some(before) = before {
@@ -410,7 +413,7 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
         }
         AdminRequest::Release { pool, backend } => {
             let p = find_pool(ctx, &pool)?;
-            let released = p.release(&backend).map_err(not_found)?;
+            let released = p.operator().release(&backend).map_err(not_found)?;
             let mut answer = backend_answer(ctx, pool, &backend)?;
             answer.released = Some(released);
             json(StatusCode::OK, &answer)

@@ -143,7 +143,12 @@ impl Server {
     /// instead of waiting, handed over, for someone else's connect; until
     /// `give_up`. Nothing new arrives: accepting has stopped.
     async fn settle(&self, give_up: Instant) {
-        let connecting = || -> usize { self.pools.iter().map(|run| run.pool.connecting()).sum() };
+        let connecting = || -> usize {
+            self.pools
+                .iter()
+                .map(|run| run.pool.view().connecting())
+                .sum()
+        };
         let waiting = connecting();
         if waiting == 0 {
             return;
@@ -168,14 +173,14 @@ impl Server {
                 handed.push(f);
             }
             // A session lets go of its admission after handing over.
-            if self.pools.iter().all(|run| run.pool.clients() == 0) {
+            if self.pools.iter().all(|run| run.pool.view().clients() == 0) {
                 break;
             }
             tokio::select! {
                 Some(f) = rx.recv() => handed.push(f),
                 () = tokio::time::sleep(Duration::from_millis(5)) => {}
                 () = tokio::time::sleep_until(give_up) => {
-                    let left: usize = self.pools.iter().map(|run| run.pool.clients()).sum();
+                    let left: usize = self.pools.iter().map(|run| run.pool.view().clients()).sum();
                     warn!(connections = left, "handover_incomplete");
                     break;
                 }

@@ -129,7 +129,8 @@ impl Dialer {
             tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
-        let backend = backend_of(&self.pool.snapshot(), local).unwrap_or_else(|| "?".to_owned());
+        let backend =
+            backend_of(&self.pool.view().snapshot(), local).unwrap_or_else(|| "?".to_owned());
         self.clients.update(i, |v| {
             v.up = true;
             v.height = Some(height);

@@ -75,7 +75,7 @@ impl View {
     /// Look at the pool and the clients now.
     pub fn take(demo: &Demo) -> View {
         let clients = demo.clients.snapshot();
-        let pool = demo.pool.snapshot();
+        let pool = demo.pool.view().snapshot();
         let placed = clients
             .iter()
             .map(|c| match (c.up, c.local) {
@@ -289,7 +289,7 @@ pub(crate) async fn play(demo: &Demo, timeline: &mut Vec<Reached>) -> anyhow::Re
     s.wait("rebalanced to 2/2/2", View::balanced).await?;
 
     s.announce("steady", "a balanced pool: nothing moves");
-    let moves = demo.pool.overview().rebalance_moves;
+    let moves = demo.pool.view().overview().rebalance_moves;
     let quiet_until = Instant::now() + STEADY;
     s.wait("no move for a while", |v| {
         Instant::now() >= quiet_until && v.balanced() && v.pool.rebalance_moves == moves

@@ -1,0 +1,155 @@
+//! One backend of a pool: its settings, health record, last probe, live
+//! connections and counters. Only the pool reads it; each part changes
+//! through the methods of the module that owns it: the health record
+//! through [`crate::pool::health`]'s, a drain through
+//! [`crate::pool::drain`]'s, the traffic sample through
+//! [`crate::pool::stall`]'s, and the rest through the methods here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::BackendConfig;
+use crate::pool::drain::DrainRun;
+use crate::pool::health::BackendHealth;
+use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, ProbeRecord};
+use crate::pool::stall::Traffic;
+
+/// One backend of a pool. Everything else reads a
+/// [`PoolSnapshot`](crate::pool::snapshot::PoolSnapshot).
+#[derive(Debug)]
+pub(in crate::pool) struct Backend {
+    /// Stable id.
+    id: BackendId,
+    /// Its config.
+    config: Arc<BackendConfig>,
+    /// Its health record.
+    health: BackendHealth,
+    /// Last block height a probe read.
+    height: Option<u64>,
+    /// That height was proven by the node's headers.
+    proven: bool,
+    /// Last probe result.
+    last_probe: Option<ProbeRecord>,
+    /// Live connections, oldest first.
+    conns: BTreeMap<ConnId, ConnEntry>,
+    /// Its counters.
+    stats: Arc<BackendStats>,
+    /// The drain closing its connections, while one runs.
+    drain: Option<DrainRun>,
+    /// What its connections received, as the stall rule samples it.
+    traffic: Traffic,
+}
+
+impl Backend {
+    /// A backend with a fresh record.
+    pub(in crate::pool) fn new(id: BackendId, config: BackendConfig) -> Backend {
+        Backend {
+            id,
+            config: Arc::new(config),
+            health: BackendHealth::default(),
+            height: None,
+            proven: false,
+            last_probe: None,
+            conns: BTreeMap::new(),
+            stats: Arc::default(),
+            drain: None,
+            traffic: Traffic::default(),
+        }
+    }
+
+    /// Its stable id.
+    pub(in crate::pool) fn id(&self) -> BackendId {
+        self.id
+    }
+
+    /// Its settings.
+    pub(in crate::pool) fn config(&self) -> &Arc<BackendConfig> {
+        &self.config
+    }
+
+    /// Take new settings (a reload kept it, perhaps changed).
+    pub(in crate::pool) fn set_config(&mut self, config: Arc<BackendConfig>) {
+        self.config = config;
+    }
+
+    /// Its health record.
+    pub(in crate::pool) fn health(&self) -> &BackendHealth {
+        &self.health
+    }
+
+    /// Its health record, to change by [`BackendHealth`]'s own methods.
+    pub(in crate::pool) fn health_mut(&mut self) -> &mut BackendHealth {
+        &mut self.health
+    }
+
+    /// The last height a probe read.
+    pub(in crate::pool) fn height(&self) -> Option<u64> {
+        self.height
+    }
+
+    /// Whether that height was proven by the node's headers.
+    pub(in crate::pool) fn proven(&self) -> bool {
+        self.proven
+    }
+
+    /// The height a probe read (`None`: it read none) and whether it was
+    /// proven.
+    pub(in crate::pool) fn set_height(&mut self, height: Option<u64>, proven: bool) {
+        self.height = height;
+        self.proven = height.is_some() && proven;
+    }
+
+    /// The last probe's result.
+    pub(in crate::pool) fn last_probe(&self) -> Option<&ProbeRecord> {
+        self.last_probe.as_ref()
+    }
+
+    /// Record the last probe's result.
+    pub(in crate::pool) fn set_last_probe(&mut self, probe: Option<ProbeRecord>) {
+        self.last_probe = probe;
+    }
+
+    /// Its live connections, oldest first.
+    pub(in crate::pool) fn conns(&self) -> &BTreeMap<ConnId, ConnEntry> {
+        &self.conns
+    }
+
+    /// A connection is placed on it.
+    pub(in crate::pool) fn attach(&mut self, conn: ConnId, entry: ConnEntry) {
+        self.conns.insert(conn, entry);
+    }
+
+    /// A connection left it.
+    pub(in crate::pool) fn detach(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+    }
+
+    /// Its counters.
+    pub(in crate::pool) fn stats(&self) -> &Arc<BackendStats> {
+        &self.stats
+    }
+
+    /// The drain closing its connections, while one runs.
+    pub(in crate::pool) fn drain(&self) -> Option<&DrainRun> {
+        self.drain.as_ref()
+    }
+
+    /// The drain slot, to start, step or end one by
+    /// [`crate::pool::drain`]'s rules.
+    pub(in crate::pool) fn drain_mut(&mut self) -> &mut Option<DrainRun> {
+        &mut self.drain
+    }
+
+    /// What its connections received, as the stall rule samples it.
+    pub(in crate::pool) fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    /// Its live connections and its traffic sample, to update the one from
+    /// the other.
+    pub(in crate::pool) fn conns_and_traffic(
+        &mut self,
+    ) -> (&BTreeMap<ConnId, ConnEntry>, &mut Traffic) {
+        (&self.conns, &mut self.traffic)
+    }
+}
