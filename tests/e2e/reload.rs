@@ -244,9 +244,13 @@ async fn quarantine_and_strikes_survive_a_reload() {
 fn expect_notify(sock: &UnixDatagram, want: &str, seen: &mut Vec<String>) {
     let mut buf = [0u8; 1024];
     loop {
-        let n = sock
-            .recv(&mut buf)
-            .unwrap_or_else(|e| panic!("no {want} (saw {seen:?}): {e}"));
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            // A signal to this process (the proxy's own reload) interrupts
+            // the wait; the read timeout still bounds it.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => panic!("no {want} (saw {seen:?}): {e}"),
+        };
         let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
         seen.push(msg.clone());
         if msg.contains(want) {
