@@ -1,8 +1,9 @@
 //! What integration tests and tools outside the crate use to drive and read
 //! a server in-process: its pools ([`Server::pools`](crate::Server::pools)),
-//! their snapshots, the probe vocabulary a test feeds a pool with, and the
-//! P2P messages a test peer speaks, and the parsers of bytes from the
-//! network for the fuzz harness (fuzz/). Everything else in the crate is
+//! their snapshots, the probe vocabulary a test feeds a pool with, one
+//! probe of a node as a pool judges it, the P2P messages a test peer
+//! speaks, and the parsers of bytes from the network for the fuzz harness
+//! (fuzz/). Everything else in the crate is
 //! its own.
 
 pub use crate::ops::admin::{AdminRequest, parse_request};
@@ -11,10 +12,14 @@ pub use crate::ops::status::{
     BackendStatus, PoolStatus, ProbeStatus, QuarantineStatus, Status, of_pool as status,
 };
 pub use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
+pub use crate::pool::node::{
+    BlockbookFacts, ElectrumFacts, Misfit, NodeFacts, P2pFacts, Requirement, Services, Unfit, judge,
+};
 pub use crate::pool::registry::{ConnId, Pool, ProbeRecord};
 pub use crate::pool::report::{Proof, Report, Verdict};
 pub use crate::pool::snapshot::{
     BackendSnapshot, ConnSnapshot, ConnState, Counters, PoolSnapshot, QuarantineSnapshot,
 };
-pub use crate::probe::http::parse_blockbook;
+pub use crate::probe::http::{BlockbookStatus, parse_blockbook};
+pub use crate::probe::prober::{probe_once, requirement};
 pub use crate::probe::{pow, wire};

@@ -7,7 +7,9 @@ use std::time::Duration;
 use super::span;
 
 use super::parse::{default_probe_url, open_to_others, state_file_warning};
-use super::{Config, DiscoverQuery, IpNet, LogFormat, PoolConfig, ProbeKind};
+use super::{
+    Config, DiscoverQuery, HealthConfig, IpNet, LogFormat, Network, PoolConfig, ProbeKind,
+};
 
 /// A readable, multi-line summary of the effective configuration.
 ///
@@ -136,6 +138,7 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
         (true, true) => writeln!(out, "drain on (at once)")?,
         (true, false) => writeln!(out, "drain on (spread over {})", dur(h.drain_spread))?,
     }
+    writeln!(out, "  requires: {}", requirement(h))?;
     writeln!(out, "  backends:")?;
     for b in &pool.backends {
         write!(out, "    - {}", b.name)?;
@@ -183,6 +186,48 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
         )?;
     }
     Ok(())
+}
+
+/// What a backend must show its probe to be given clients.
+fn requirement(h: &HealthConfig) -> String {
+    let custom = "nothing (a custom network has no chain to check)".to_owned();
+    match h.probe {
+        ProbeKind::BitcoinP2p => {
+            let mut parts = Vec::new();
+            if !h.require_services.is_empty() {
+                let s = h.require_services;
+                parts.push(format!("services {s} ({})", s.describe()));
+            }
+            if let Some(min) = h.min_protocol_version {
+                parts.push(format!("protocol >= {min}"));
+            }
+            if parts.is_empty() {
+                "nothing (any services, any protocol)".to_owned()
+            } else {
+                parts.join(", ")
+            }
+        }
+        ProbeKind::Electrum | ProbeKind::ElectrumTls if h.network == Network::Custom => custom,
+        ProbeKind::Electrum | ProbeKind::ElectrumTls => {
+            format!("the genesis_hash of {} (server.features)", h.network)
+        }
+        ProbeKind::Blockbook if h.network == Network::Custom => custom,
+        ProbeKind::Blockbook => {
+            let coins: Vec<String> = h
+                .network
+                .blockbook_coins()
+                .iter()
+                .map(|c| format!("{c:?}"))
+                .collect();
+            format!("coin {} ({})", coins.join(" or "), h.network)
+        }
+        ProbeKind::Connect | ProbeKind::Http => {
+            format!(
+                "nothing (the {} probe reads no node facts)",
+                h.probe.as_str()
+            )
+        }
+    }
 }
 
 fn dur(d: Duration) -> String {

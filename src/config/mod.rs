@@ -13,6 +13,7 @@ pub(crate) mod files;
 mod lag_warnings;
 pub(crate) mod local;
 mod parse;
+mod services;
 mod span;
 
 use std::fmt;
@@ -25,6 +26,7 @@ pub use discover::{DiscoverConfig, DiscoverQuery, DiscoveryConfig, Found, ProbeT
 pub use ipnet::IpNet;
 pub(crate) use parse::default_probe_url;
 pub use parse::{ConfigError, KeyGroup, keys};
+pub use services::Services;
 pub use span::{Span, span};
 
 /// The whole configuration file.
@@ -186,6 +188,12 @@ pub struct HealthConfig {
     pub stall_timeout: Option<Duration>,
     /// Which silence counts toward `stall_timeout`.
     pub stall_rule: StallRule,
+    /// Service bits a `bitcoin-p2p` backend must announce to be given
+    /// clients; none by default.
+    pub require_services: Services,
+    /// Lowest protocol version a `bitcoin-p2p` backend may announce;
+    /// `None`: any.
+    pub min_protocol_version: Option<u32>,
 }
 
 /// `health.stall_rule`: which silence of a connection counts as stalled.
@@ -320,6 +328,23 @@ impl Network {
             Network::BitcoinRegtest => [0xfa, 0xbf, 0xb5, 0xda],
             Network::Custom => return None,
         })
+    }
+
+    /// The names a Blockbook of this chain gives as `blockbook.coin` in
+    /// its `/api/` status: its coin definition's `coin.name` (trezor/blockbook
+    /// `configs/coins/*.json`). Blockbook ships no Litecoin regtest
+    /// definition; `Litecoin Regtest` is the name one would take. None for
+    /// `Custom`: no chain to check.
+    pub fn blockbook_coins(self) -> &'static [&'static str] {
+        match self {
+            Network::Litecoin => &["Litecoin"],
+            Network::LitecoinTestnet => &["Litecoin Testnet"],
+            Network::LitecoinRegtest => &["Litecoin Regtest"],
+            Network::Bitcoin => &["Bitcoin"],
+            Network::BitcoinTestnet => &["Testnet"],
+            Network::BitcoinRegtest => &["Regtest"],
+            Network::Custom => &[],
+        }
     }
 
     /// A test chain (testnet or regtest).

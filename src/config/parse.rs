@@ -11,6 +11,7 @@ mod keys;
 mod locate;
 mod own;
 mod raw;
+mod require;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -38,7 +39,7 @@ pub(super) use writable::open_to_others;
 use super::{
     AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
     KeepaliveConfig, LogConfig, LogFormat, Network, PoolConfig, ProbeKind, QuarantineConfig,
-    RebalanceConfig, StallRule,
+    RebalanceConfig, Services, StallRule,
 };
 
 // Built-in defaults: the values of the contract's example config.
@@ -282,6 +283,8 @@ fn loopback() -> Vec<IpNet> {
 }
 
 fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConfig, Invalid> {
+    // What the pool itself says about its health, before defaults fill in.
+    let own_health = raw.health.clone();
     let own = RawSettings {
         allow: raw.allow,
         connect_timeout: raw.connect_timeout,
@@ -354,6 +357,13 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
         );
     }
     let health = build_health(s.health.unwrap_or_default());
+    require::check(
+        at,
+        &raw.name.0,
+        own_health.as_ref(),
+        defaults.health.as_ref(),
+        &health,
+    )?;
     let (backends, discover) = build_backends(at, raw.backends, health.probe)?;
     let discovery = s.discovery.unwrap_or_default();
     Ok(PoolConfig {
@@ -423,6 +433,8 @@ fn build_health(h: RawHealth) -> HealthConfig {
             Some(RawStallRule::Push) | None => StallRule::Push,
             Some(RawStallRule::Request) => StallRule::Request,
         },
+        require_services: h.require_services.map_or(Services::NONE, |r| r.0),
+        min_protocol_version: h.min_protocol_version,
     }
 }
 

@@ -28,6 +28,7 @@ pub mod lag;
 pub mod lag_detail;
 pub mod legs;
 pub mod members;
+pub mod node;
 pub mod operator;
 pub mod own;
 pub mod rebalance;

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use super::node::{NodeFacts, Unfit};
+
 /// What one probe concluded about a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -47,6 +49,14 @@ pub struct Report {
     pub detail: String,
     /// Whether the height was proven by the node's headers.
     pub proof: Proof,
+    /// What the probe learnt about the node (services, protocol, software,
+    /// chain); `None` when it learnt nothing (no answer, or a probe kind
+    /// that reads none).
+    pub node: Option<NodeFacts>,
+    /// Why the node cannot serve this pool's clients, judged by the prober
+    /// against the pool's requirement ([`super::node::judge`]); `None` when
+    /// it can, or nothing was learnt to judge.
+    pub unfit: Option<Unfit>,
 }
 
 impl Report {
@@ -57,6 +67,17 @@ impl Report {
             height: None,
             detail: detail.into(),
             proof: Proof::NotAsked,
+            node: None,
+            unfit: None,
+        }
+    }
+
+    /// This report, carrying what the probe learnt about the node.
+    #[must_use]
+    pub fn with_node(self, facts: NodeFacts) -> Report {
+        Report {
+            node: Some(facts),
+            ..self
         }
     }
 

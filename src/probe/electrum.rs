@@ -3,8 +3,10 @@
 //!
 //! Connect (for TLS, handshake accepting any certificate: see
 //! [`super::tls`]), send `server.version` (protocol 1.6 requires it first),
-//! then `blockchain.headers.subscribe`, whose answer is the tip: its height
-//! and its 80-byte header. The header's proof of work must be under its own
+//! then `server.features` (its newest protocol and its chain's genesis hash,
+//! for the report's [`NodeFacts`]; a server that answers it with an error
+//! gives facts without them), then `blockchain.headers.subscribe`, whose
+//! answer is the tip: its height and its 80-byte header. The header's proof of work must be under its own
 //! target, within the network's limit (a network that is not the servers'
 //! fails here, and the detail says so). One header proves nothing about its
 //! height: when the pool wants the claim proven, the same session fetches
@@ -32,6 +34,7 @@ use super::electrum_headers;
 use super::p2p;
 use super::pow::{ChainParams, HEADER_LEN, Header};
 use super::tls::AnyCertTls;
+use crate::pool::node::NodeFacts;
 use crate::pool::report::{Proof, Report, Verdict};
 
 /// Longest line read from a server.
@@ -80,17 +83,29 @@ pub async fn probe(
         deadline,
         timeout,
     };
-    let tip = match tls {
+    let (tip, facts) = match tls {
         None => ask.run(stream).await,
         Some(tls) => match timeout_at(deadline, tls.connect(addr, stream)).await {
             Ok(Ok(stream)) => ask.run(stream).await,
-            Ok(Err(err)) => Err(handshake_failure(&err)),
-            Err(_) => Err(Failure::Garbled(format!(
-                "no TLS handshake within {}",
-                crate::config::span(timeout)
-            ))),
+            Ok(Err(err)) => (Err(handshake_failure(&err)), None),
+            Err(_) => (
+                Err(Failure::Garbled(format!(
+                    "no TLS handshake within {}",
+                    crate::config::span(timeout)
+                ))),
+                None,
+            ),
         },
     };
+    let report = judged_tip(tip);
+    match facts {
+        Some(facts) => report.with_node(facts),
+        None => report,
+    }
+}
+
+/// The report of a tip and its proof, or of why there is none.
+fn judged_tip(tip: Result<(Announced, Proof), Failure>) -> Report {
     let (tip, proof) = match tip {
         Ok(tip) => tip,
         Err(Failure::Closed(detail)) => return Report::new(Verdict::Down, detail),
@@ -142,9 +157,10 @@ struct Ask<'a> {
 }
 
 impl Ask<'_> {
-    /// Ask for the version and the tip on `stream`, check the tip, prove
-    /// it if wanted, then close the stream.
-    async fn run<S>(&self, stream: S) -> Result<(Announced, Proof), Failure>
+    /// Ask for the version, the features and the tip on `stream`, check
+    /// the tip, prove it if wanted, then close the stream. The node's
+    /// facts come back whatever became of the tip, once they were read.
+    async fn run<S>(&self, stream: S) -> (Result<(Announced, Proof), Failure>, Option<NodeFacts>)
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -162,7 +178,7 @@ impl Ask<'_> {
             Err(failure) => Err(failure),
         };
         session.close().await;
-        result
+        (result, session.facts.take())
     }
 
     /// The tip's own work under the network's rules, then the proof.
@@ -212,6 +228,8 @@ pub(super) struct Session<S> {
     next_id: u64,
     /// The method whose answer we wait for, for errors.
     awaiting: &'static str,
+    /// What the server said of itself, once it did.
+    facts: Option<NodeFacts>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
@@ -224,6 +242,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             budget: MAX_READ,
             next_id: 0,
             awaiting: "server.version",
+            facts: None,
         }
     }
 
@@ -232,11 +251,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .call("server.version", json!([CLIENT, PROTOCOLS]))
             .await?;
         let (software, protocol) = match version.as_array().map(Vec::as_slice) {
-            Some([Value::String(software), Value::String(protocol)]) => {
-                (shown(software), shown(protocol))
-            }
+            Some([Value::String(software), Value::String(protocol)]) => (software, protocol),
             _ => return Err(self.odd(&version)),
         };
+        let features = match self.request("server.features", json!([])).await? {
+            Ok(Value::Object(features)) => features,
+            // Not knowing it withholds facts, it is no failure.
+            Ok(_) | Err(_) => serde_json::Map::new(),
+        };
+        let text = |key: &str| features.get(key).and_then(Value::as_str);
+        self.facts = Some(NodeFacts::electrum(
+            software,
+            protocol,
+            text("protocol_max"),
+            text("genesis_hash"),
+        ));
+        let (software, protocol) = (shown(software), shown(protocol));
         let tip = self.call("blockchain.headers.subscribe", json!([])).await?;
         let height = tip.get("height").and_then(Value::as_u64);
         let header = tip.get("hex").and_then(Value::as_str).and_then(header);
@@ -251,12 +281,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// Send a request and return its `result`, skipping notifications.
+    /// Send a request and return its `result`, skipping notifications; an
+    /// error answer is a failure.
     pub(super) async fn call(
         &mut self,
         method: &'static str,
         params: Value,
     ) -> Result<Value, Failure> {
+        self.request(method, params)
+            .await?
+            .map_err(|message| Failure::Garbled(format!("{method} answered error: {message}")))
+    }
+
+    /// Send a request and return its `result`, or the message of its error
+    /// answer, skipping notifications.
+    async fn request(
+        &mut self,
+        method: &'static str,
+        params: Value,
+    ) -> Result<Result<Value, String>, Failure> {
         self.awaiting = method;
         let id = self.next_id;
         self.next_id += 1;
@@ -284,10 +327,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             if let Some(error) = reply.get("error").filter(|e| !e.is_null()) {
                 let message = error.get("message").and_then(Value::as_str);
-                let message = message.map_or_else(|| shown(&error.to_string()), shown);
-                return Err(Failure::Garbled(format!(
-                    "{method} answered error: {message}"
-                )));
+                return Ok(Err(message.map_or_else(|| shown(&error.to_string()), shown)));
             }
             if answer_id != Some(&json!(id)) {
                 return Err(Failure::Garbled(format!(
@@ -296,6 +336,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             return reply
                 .remove("result")
+                .map(Ok)
                 .ok_or_else(|| Failure::Garbled(format!("answer to {method} has no result")));
         }
     }

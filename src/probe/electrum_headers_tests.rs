@@ -70,6 +70,7 @@ impl Fake {
         let params = &request["params"];
         let result = match request["method"].as_str()? {
             "server.version" => json!(["Fake 1.0", "1.6"]),
+            "server.features" => json!({"protocol_max": "1.6"}),
             "blockchain.headers.subscribe" => {
                 json!({"height": self.height, "hex": hex(&self.tip)})
             }

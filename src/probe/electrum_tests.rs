@@ -114,10 +114,26 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Litecoin regtest's genesis hash, as Electrum servers give it.
+const REGTEST_GENESIS: &str = "530827f38f93b43ed12af0b3ad25a288dc02ed74d6d7857862df51fc56c416f9";
+
+/// ElectrumX's answer to `server.features` on Litecoin regtest.
+fn features() -> Value {
+    json!({"hosts": {}, "pruning": null, "server_version": "ElectrumX 2.0.0",
+           "protocol_min": "1.4", "protocol_max": "1.7", "genesis_hash": REGTEST_GENESIS,
+           "hash_function": "sha256", "services": []})
+}
+
+/// What the probe learns of [`electrumx`].
+fn electrumx_facts() -> NodeFacts {
+    NodeFacts::electrum("ElectrumX 2.0.0", "1.6", Some("1.7"), Some(REGTEST_GENESIS))
+}
+
 /// ElectrumX's answers, with `tip` for the header.
 fn electrumx(tip: Header, height: u64) -> impl Fn(&Value) -> Answer {
     move |request| match method(request) {
         "server.version" => result(request, json!(["ElectrumX 2.0.0", "1.6"])),
+        "server.features" => result(request, features()),
         "blockchain.headers.subscribe" => {
             result(request, json!({"hex": hex(&tip.raw), "height": height}))
         }
@@ -153,7 +169,61 @@ async fn healthy_with_the_height_it_claims_when_its_tip_header_has_its_work() {
                 "height 431 (ElectrumX 2.0.0, protocol 1.6)"
             )
         }
+        .with_node(electrumx_facts())
     );
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_server_features_gives_facts_without_its_chain() {
+    let tip = mined(true);
+    let (addr, _) = server(move |request| match method(request) {
+        "server.features" => Some(line(&json!({"jsonrpc": "2.0", "id": request["id"],
+            "error": {"code": -32601, "message": "unknown method"}}))),
+        _ => electrumx(tip.clone(), 8)(request),
+    })
+    .await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
+    assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
+    let facts = NodeFacts::electrum("ElectrumX 2.0.0", "1.6", None, None);
+    assert_eq!(report.node, Some(facts));
+    // Features of the wrong shape give nothing either.
+    let tip = mined(true);
+    let (addr, _) = server(move |request| match method(request) {
+        "server.features" => result(request, json!(["genesis_hash", 7])),
+        _ => electrumx(tip.clone(), 8)(request),
+    })
+    .await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
+    let facts = NodeFacts::electrum("ElectrumX 2.0.0", "1.6", None, None);
+    assert_eq!(report.node, Some(facts), "{report:?}");
+}
+
+#[tokio::test]
+async fn facts_come_back_with_a_tip_that_fails() {
+    // A regtest server probed as mainnet: its tip fails, its genesis says why.
+    let (addr, _) = server(electrumx(mined(true), 431)).await;
+    let report = probe(&addr, None, params(Network::Litecoin), None, LONG).await;
+    assert_eq!(report.verdict, Verdict::Unknown, "{report:?}");
+    assert_eq!(report.node, Some(electrumx_facts()));
+}
+
+#[tokio::test]
+async fn server_text_in_facts_is_printable_and_bounded() {
+    let tip = mined(true);
+    let (addr, _) = server(move |request| match method(request) {
+        "server.version" => result(
+            request,
+            json!([format!("Evil\u{1b}{}", "x".repeat(500)), "1.6"]),
+        ),
+        _ => electrumx(tip.clone(), 8)(request),
+    })
+    .await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
+    let Some(NodeFacts::Electrum(facts)) = report.node else {
+        panic!("{report:?}");
+    };
+    assert!(facts.server_version.starts_with("Evil?x"), "{facts:?}");
+    assert_eq!(facts.server_version.len(), crate::pool::node::MAX_TEXT);
 }
 
 #[tokio::test]
@@ -174,7 +244,7 @@ async fn asks_server_version_first_then_the_tip_then_closes() {
     .await;
     let report = probe(&addr, None, regtest(), None, LONG).await;
     assert_eq!(report.height, Some(5), "{report:?}");
-    // Both requests, and then the probe hung up.
+    // The three requests, and then the probe hung up.
     let got = rx.await.unwrap();
     let client = format!("pin-proxy/{}", env!("CARGO_PKG_VERSION"));
     assert_eq!(
@@ -182,7 +252,8 @@ async fn asks_server_version_first_then_the_tip_then_closes() {
         [
             json!({"jsonrpc": "2.0", "id": 0, "method": "server.version",
                    "params": [client, ["1.4", "1.6"]]}),
-            json!({"jsonrpc": "2.0", "id": 1, "method": "blockchain.headers.subscribe",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "server.features", "params": []}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "blockchain.headers.subscribe",
                    "params": []}),
         ]
     );
@@ -228,7 +299,7 @@ async fn accepted_then_closed_is_down() {
         Verdict::Down,
         "before the answer to server.version",
     );
-    // Closed after the version, before the tip: down too.
+    // Closed after the version, before the features: down too.
     let (addr, _) = server(|request| match method(request) {
         "server.version" => result(request, json!(["Fulcrum 1.11.1", "1.4"])),
         _ => None,
@@ -238,8 +309,23 @@ async fn accepted_then_closed_is_down() {
     assert_verdict(
         &report,
         Verdict::Down,
+        "before the answer to server.features",
+    );
+    // And after the features, before the tip, with what it said of itself.
+    let (addr, _) = server(|request| match method(request) {
+        "server.version" => result(request, json!(["Fulcrum 1.11.1", "1.4"])),
+        "server.features" => result(request, features()),
+        _ => None,
+    })
+    .await;
+    let report = probe(&addr, None, regtest(), None, LONG).await;
+    assert_verdict(
+        &report,
+        Verdict::Down,
         "before the answer to blockchain.headers.subscribe",
     );
+    let facts = NodeFacts::electrum("Fulcrum 1.11.1", "1.4", Some("1.7"), Some(REGTEST_GENESIS));
+    assert_eq!(report.node, Some(facts));
 }
 
 #[tokio::test]

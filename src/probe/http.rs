@@ -23,6 +23,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::config::SecretUrl;
 use crate::net::connect::{ConnectError, connect};
+use crate::pool::node::NodeFacts;
 use crate::pool::report::{Report, Verdict};
 
 /// Most body bytes read from a `blockbook` answer; more is `unknown`.
@@ -94,7 +95,8 @@ impl HttpProber {
     }
 
     /// `blockbook` probe: `down` if `node_addr` refuses the connect; else GET
-    /// `url` and read `blockbook.inSync` and `blockbook.bestHeight`.
+    /// `url` and read `blockbook.inSync` and `blockbook.bestHeight`, and
+    /// `blockbook.coin` and `blockbook.version` for the report's node facts.
     /// `inSync: true` is healthy and `false` unhealthy, both with the height;
     /// anything else is `unknown`.
     ///
@@ -181,14 +183,28 @@ impl HttpProber {
     }
 }
 
-/// Parse a Blockbook `/api/` status body into `(inSync, bestHeight)`.
+/// What a Blockbook `/api/` status says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockbookStatus {
+    /// `blockbook.inSync`.
+    pub in_sync: bool,
+    /// `blockbook.bestHeight`.
+    pub best_height: u64,
+    /// `blockbook.coin`, if a string (`Litecoin`), as sent.
+    pub coin: Option<String>,
+    /// `blockbook.version`, if a string (`0.4.0`), as sent.
+    pub version: Option<String>,
+}
+
+/// Parse a Blockbook `/api/` status body.
 ///
 /// Pure and total: any input gives `Ok` or a short `Err`, never a panic.
 ///
 /// # Errors
 /// The body is not JSON, or lacks a boolean `blockbook.inSync` or a
-/// non-negative integer `blockbook.bestHeight` that fits in a `u64`.
-pub fn parse_blockbook(body: &[u8]) -> Result<(bool, u64), String> {
+/// non-negative integer `blockbook.bestHeight` that fits in a `u64`. A
+/// missing `coin` or `version` is no error.
+pub fn parse_blockbook(body: &[u8]) -> Result<BlockbookStatus, String> {
     // A `Value` walk rather than derived structs: serde would also accept a
     // JSON array in place of an object, which no Blockbook sends.
     let bad = |why: &str| format!("bad blockbook status: {why}");
@@ -206,17 +222,33 @@ pub fn parse_blockbook(body: &[u8]) -> Result<(bool, u64), String> {
         .get("bestHeight")
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| bad("blockbook.bestHeight is not a block height"))?;
-    Ok((in_sync, best_height))
+    let text = |key: &str| {
+        info.get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    Ok(BlockbookStatus {
+        in_sync,
+        best_height,
+        coin: text("coin"),
+        version: text("version"),
+    })
 }
 
 fn judge_blockbook(body: &[u8]) -> Report {
-    match parse_blockbook(body) {
-        Ok((true, height)) => {
-            Report::with_height(Verdict::Healthy, height, format!("height {height}"))
-        }
-        Ok((false, height)) => Report::with_height(Verdict::Unhealthy, height, "inSync false"),
-        Err(detail) => Report::new(Verdict::Unknown, detail),
-    }
+    let status = match parse_blockbook(body) {
+        Ok(status) => status,
+        Err(detail) => return Report::new(Verdict::Unknown, detail),
+    };
+    let height = status.best_height;
+    let report = match status.in_sync {
+        true => Report::with_height(Verdict::Healthy, height, format!("height {height}")),
+        false => Report::with_height(Verdict::Unhealthy, height, "inSync false"),
+    };
+    report.with_node(NodeFacts::blockbook(
+        status.coin.as_deref(),
+        status.version.as_deref(),
+    ))
 }
 
 /// The system's roots; Mozilla's bundled ones when the system has none.

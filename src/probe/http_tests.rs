@@ -148,10 +148,31 @@ fn with_sync(in_sync: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// `(inSync, bestHeight)` of a body.
+fn sync_and_height(body: &[u8]) -> Result<(bool, u64), String> {
+    parse_blockbook(body).map(|s| (s.in_sync, s.best_height))
+}
+
 #[test]
 fn parses_a_real_status() {
-    assert_eq!(parse_blockbook(STATUS.as_bytes()), Ok((true, 2_712_345)));
-    assert_eq!(parse_blockbook(&with_sync("false")), Ok((false, 2_712_345)));
+    let status = parse_blockbook(STATUS.as_bytes()).unwrap();
+    assert_eq!(
+        status,
+        BlockbookStatus {
+            in_sync: true,
+            best_height: 2_712_345,
+            coin: Some("Litecoin".into()),
+            version: Some("0.4.0".into()),
+        }
+    );
+    assert_eq!(sync_and_height(&with_sync("false")), Ok((false, 2_712_345)));
+}
+
+#[test]
+fn coin_and_version_are_read_when_they_are_strings() {
+    let body = r#"{"blockbook":{"inSync":true,"bestHeight":5,"coin":7}}"#;
+    let status = parse_blockbook(body.as_bytes()).unwrap();
+    assert_eq!((status.coin, status.version), (None, None));
 }
 
 #[test]
@@ -204,7 +225,7 @@ fn parse_handles_huge_numbers() {
         r#"{{"blockbook":{{"inSync":true,"bestHeight":{}}}}}"#,
         u64::MAX
     );
-    assert_eq!(parse_blockbook(max.as_bytes()), Ok((true, u64::MAX)));
+    assert_eq!(sync_and_height(max.as_bytes()), Ok((true, u64::MAX)));
     for height in [
         "18446744073709551616",
         "1e30",
@@ -235,6 +256,8 @@ async fn in_sync_blockbook_is_healthy_with_height() {
     let report = blockbook_against(reply("200 OK", STATUS.as_bytes())).await;
     assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
     assert_eq!(report.height, Some(2_712_345));
+    let facts = NodeFacts::blockbook(Some("Litecoin"), Some("0.4.0"));
+    assert_eq!(report.node, Some(facts));
 }
 
 #[tokio::test]
@@ -243,6 +266,21 @@ async fn out_of_sync_blockbook_is_unhealthy_with_height() {
     assert_eq!(report.verdict, Verdict::Unhealthy, "{report:?}");
     assert_eq!(report.height, Some(2_712_345));
     assert_eq!(report.detail, "inSync false");
+    // Out of sync, it still says which coin it indexes.
+    assert!(report.node.is_some(), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_coin_name_is_kept_printable_and_bounded() {
+    let coin = format!("Lite\\u0000coin{}", "x".repeat(500));
+    let body = format!(r#"{{"blockbook":{{"inSync":true,"bestHeight":5,"coin":"{coin}"}}}}"#);
+    let report = blockbook_against(reply("200 OK", body.as_bytes())).await;
+    let Some(NodeFacts::Blockbook(facts)) = report.node else {
+        panic!("{report:?}");
+    };
+    let coin = facts.coin.unwrap();
+    assert!(coin.starts_with("Lite?coin"), "{coin}");
+    assert_eq!(coin.len(), crate::pool::node::MAX_TEXT);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Bitcoin-family P2P probe: the `version` handshake reads a node's
-//! `start_height`; when a backend's claim needs proving, the same connection
-//! asks for the headers behind it ([`super::headers`]).
+//! `start_height`, and its services, protocol version and user agent for
+//! the report's [`NodeFacts`]; when a backend's claim needs proving, the
+//! same connection asks for the headers behind it ([`super::headers`]).
 //!
 //! Connect, send our `version`, read until the node's `version` (skipping
 //! whatever comes before it), send `verack`, prove if asked, close. A failed
@@ -24,6 +25,7 @@ use super::Failure;
 use super::chain::Proving;
 use super::headers;
 use super::wire::{self, Decoder, Magic, Message, Version, VersionParams};
+use crate::pool::node::NodeFacts;
 use crate::pool::report::Proof;
 use crate::pool::report::{Report, Verdict};
 
@@ -59,8 +61,8 @@ pub async fn probe_proving(
         Err(detail) => return Report::new(Verdict::Down, detail),
     };
     let mut peer = Peer::new(stream, magic);
-    let height = match timeout_at(deadline, peer.handshake()).await {
-        Ok(Ok(height)) => height,
+    let version = match timeout_at(deadline, peer.handshake()).await {
+        Ok(Ok(version)) => version,
         Ok(Err(Failure::Closed(detail))) => return Report::new(Verdict::Down, detail),
         Ok(Err(Failure::Garbled(detail))) => return Report::new(Verdict::Unknown, detail),
         Err(_) => {
@@ -69,6 +71,17 @@ pub async fn probe_proving(
                 format!("no version within {}", crate::config::span(timeout)),
             );
         }
+    };
+    let facts = NodeFacts::p2p(
+        version.services,
+        version.version,
+        &version.user_agent,
+        version.start_height,
+    );
+    let Ok(height) = u64::try_from(version.start_height) else {
+        peer.close().await;
+        let detail = format!("negative start height {}", version.start_height);
+        return Report::new(Verdict::Unknown, detail).with_node(facts);
     };
     let proof = match proving {
         Some(p) if (p.wanted)(height) => {
@@ -82,6 +95,7 @@ pub async fn probe_proving(
         proof,
         ..Report::with_height(Verdict::Healthy, height, format!("height {height}"))
     }
+    .with_node(facts)
 }
 
 /// Resolve and connect, trying each address in turn, before `deadline`.
@@ -129,9 +143,9 @@ impl Peer {
         }
     }
 
-    /// Exchange versions and send our `verack`; the node's non-negative
-    /// `start_height`, or why not.
-    async fn handshake(&mut self) -> Result<u64, Failure> {
+    /// Exchange versions and send our `verack`; the node's `version`, or
+    /// why not.
+    async fn handshake(&mut self) -> Result<Version, Failure> {
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         let params = VersionParams {
             services: 0,
@@ -158,14 +172,11 @@ impl Peer {
                 "our own version came back (an echo, not a node)".into(),
             ));
         }
-        let height = u64::try_from(version.start_height).map_err(|_| {
-            Failure::Garbled(format!("negative start height {}", version.start_height))
-        })?;
         // The answer is in hand: a node that hangs up now changes nothing.
         if let Err(err) = self.send("verack", &[]).await {
             debug!(err = %err, "probe_verack_failed");
         }
-        Ok(height)
+        Ok(version)
     }
 
     /// Send `getheaders` with `payload` and return the `headers` answer,

@@ -64,10 +64,54 @@ async fn healthy_with_height_from_sim_node() {
         .await
         .unwrap();
     let report = probe(&node.addr().to_string(), LTC, SHORT).await;
+    let agent = format!("/pin-proxy-simnode:{}/", env!("CARGO_PKG_VERSION"));
+    let facts = NodeFacts::p2p(1, 70016, &agent, 2_812_345);
     assert_eq!(
         report,
-        Report::with_height(Verdict::Healthy, 2_812_345, "height 2812345")
+        Report::with_height(Verdict::Healthy, 2_812_345, "height 2812345").with_node(facts)
     );
+}
+
+/// A `version` with these services, protocol and user agent.
+fn version_of(services: u64, protocol: i32, user_agent: &[u8]) -> Vec<u8> {
+    let mut payload = wire::version_payload(&VersionParams {
+        services,
+        timestamp: 0,
+        receiver: SocketAddr::from(([127, 0, 0, 1], 1)),
+        sender: SocketAddr::from(([127, 0, 0, 1], 2)),
+        nonce: 42,
+        user_agent: String::new(),
+        start_height: 9,
+    });
+    // Our own announces 70016 and an empty user agent at byte 80.
+    payload[..4].copy_from_slice(&protocol.to_le_bytes());
+    let mut agent = Vec::new();
+    wire::put_var_int(&mut agent, user_agent.len() as u64);
+    agent.extend_from_slice(user_agent);
+    payload.splice(80..81, agent);
+    wire::encode(LTC, "version", &payload)
+}
+
+#[tokio::test]
+async fn reads_services_protocol_and_user_agent() {
+    let reply = version_of(0x0100_0449, 70016, b"/LitecoinCore:0.21.2.1/");
+    let report = probe(&replying(reply).await, LTC, SHORT).await;
+    assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
+    let facts = NodeFacts::p2p(0x0100_0449, 70016, "/LitecoinCore:0.21.2.1/", 9);
+    assert_eq!(report.node, Some(facts));
+}
+
+#[tokio::test]
+async fn a_hostile_user_agent_is_cut_and_made_printable() {
+    let mut agent = b"/Evil:\x1b[2J\xff/".to_vec();
+    agent.extend(vec![b'x'; 10_000]);
+    let report = probe(&replying(version_of(1, 70016, &agent)).await, LTC, SHORT).await;
+    assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
+    let Some(NodeFacts::P2p(facts)) = report.node else {
+        panic!("{report:?}");
+    };
+    assert!(facts.user_agent.starts_with("/Evil:?[2J?/xxx"), "{facts:?}");
+    assert_eq!(facts.user_agent.len(), crate::pool::node::MAX_USER_AGENT);
 }
 
 #[tokio::test]
@@ -256,6 +300,9 @@ async fn an_echo_is_unknown() {
 async fn negative_height_is_unknown() {
     let report = probe(&replying(version_at(LTC, -1)).await, LTC, SHORT).await;
     assert_unknown(&report, "negative start height -1");
+    // What it said of itself is kept.
+    let facts = NodeFacts::p2p(1, 70016, "/Satoshi:27.0.0/", -1);
+    assert_eq!(report.node, Some(facts));
 }
 
 #[tokio::test]

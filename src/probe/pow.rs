@@ -62,6 +62,16 @@ impl ChainParams {
     pub fn name(&self) -> &'static str {
         self.network.name()
     }
+
+    /// The genesis block's hash as explorers and Electrum servers print it
+    /// (display order, lower-case hex).
+    pub fn genesis_hex(&self) -> String {
+        self.genesis
+            .iter()
+            .rev()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
 }
 
 /// The parameters of a network named in the config; `None` for a custom

@@ -60,6 +60,20 @@ fn genesis_hashes_match_the_networks() {
 }
 
 #[test]
+fn genesis_hashes_print_as_explorers_show_them() {
+    let regtest = params(Network::LitecoinRegtest).unwrap();
+    assert_eq!(
+        regtest.genesis_hex(),
+        "530827f38f93b43ed12af0b3ad25a288dc02ed74d6d7857862df51fc56c416f9"
+    );
+    let btc = params(Network::Bitcoin).unwrap();
+    assert_eq!(
+        btc.genesis_hex(),
+        "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"
+    );
+}
+
+#[test]
 fn real_genesis_headers_carry_their_work() {
     // Litecoin: scrypt; the header's double SHA-256 is far above its target,
     // so only the scrypt rule accepts it.

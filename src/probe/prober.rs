@@ -3,6 +3,9 @@
 //! backend that asks for it, so a node behind several pools is probed once
 //! per interval. Each result is fanned out to the subscribed backends.
 //!
+//! Each subscriber's pool judges the node by its own requirement
+//! ([`judged`]): the facts are the node's, the fitness the pool's.
+//!
 //! The first probe runs at once; a probe whose last subscriber left stops.
 
 use std::collections::HashMap;
@@ -18,8 +21,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
-use crate::config::{BackendConfig, Network, ProbeKind, SecretUrl, default_probe_url};
+use crate::config::{
+    BackendConfig, HealthConfig, Network, ProbeKind, SecretUrl, default_probe_url,
+};
 use crate::net::connect;
+use crate::pool::node::{self, Requirement};
 use crate::pool::registry::{BackendId, Pool};
 use crate::pool::report::{Report, Verdict};
 use crate::probe::agreed::Enlisted;
@@ -129,21 +135,7 @@ impl Prober {
     }
 
     fn subscribe(&self, pool: &Arc<Pool>, id: BackendId, backend: &BackendConfig) {
-        let config = pool.config();
-        let h = &config.health;
-        let url = backend
-            .probe_url
-            .clone()
-            .or_else(|| default_probe_url(h.probe, &backend.addr).map(SecretUrl));
-        let key = ProbeKey {
-            kind: h.probe,
-            addr: backend.addr.clone(),
-            url: url.as_ref().map(|u| u.expose().to_string()),
-            magic: h.magic,
-            network: h.network,
-            interval: h.interval,
-            timeout: h.timeout,
-        };
+        let (key, url) = key_of(&pool.config().health, backend);
         let mut probes = lock(&self.probes);
         if let Some(subs) = probes.get(&key) {
             lock(&subs.list).push((Arc::downgrade(pool), id));
@@ -195,6 +187,7 @@ impl Prober {
                 };
                 let now = Instant::now();
                 for (pool, id, epoch) in live {
+                    let report = judged(&report, &pool.config().health);
                     pool.probing().apply_probe(id, &report, epoch, now);
                 }
             }
@@ -329,6 +322,56 @@ impl Prober {
                 .clone(),
         )
     }
+}
+
+/// The probe a backend with `health` needs, and the URL it asks.
+fn key_of(health: &HealthConfig, backend: &BackendConfig) -> (ProbeKey, Option<SecretUrl>) {
+    let url = backend
+        .probe_url
+        .clone()
+        .or_else(|| default_probe_url(health.probe, &backend.addr).map(SecretUrl));
+    let key = ProbeKey {
+        kind: health.probe,
+        addr: backend.addr.clone(),
+        url: url.as_ref().map(|u| u.expose().to_string()),
+        magic: health.magic,
+        network: health.network,
+        interval: health.interval,
+        timeout: health.timeout,
+    };
+    (key, url)
+}
+
+/// What a pool with `health` asks of its backends' nodes.
+pub fn requirement(health: &HealthConfig) -> Requirement {
+    let genesis = pow::params(health.network).map(pow::ChainParams::genesis_hex);
+    Requirement::of(health, genesis)
+}
+
+/// `report` with the judgement of a pool with `health` on the node it
+/// describes ([`Report::unfit`]); a report without node facts is not
+/// judged.
+pub fn judged(report: &Report, health: &HealthConfig) -> Report {
+    let unfit = report
+        .node
+        .as_ref()
+        .and_then(|facts| node::judge(&requirement(health), facts).err());
+    Report {
+        unfit,
+        ..report.clone()
+    }
+}
+
+/// One probe of `backend` as a pool with `health` makes it, judged as the
+/// prober judges it for that pool: what its tools and tests see of a node.
+/// No height is proven.
+///
+/// Never panics; returns within the probe's timeout (plus scheduling delay).
+pub async fn probe_once(health: &HealthConfig, backend: &BackendConfig) -> Report {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (key, url) = key_of(health, backend);
+    let report = prober.run(&key, url.as_ref(), &[]).await;
+    judged(&report, health)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

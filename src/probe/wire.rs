@@ -19,7 +19,8 @@ pub const PROTOCOL_VERSION: i32 = 70016;
 pub const HEADER_LEN: usize = 24;
 /// Default cap on a payload's length; longer ones are refused from the header.
 pub const MAX_PAYLOAD: usize = 1 << 20;
-/// Longest user agent accepted (Bitcoin Core's `MAX_SUBVERSION_LENGTH`).
+/// Longest user agent kept (Bitcoin Core's `MAX_SUBVERSION_LENGTH`); the
+/// rest of a longer one is cut.
 pub const MAX_USER_AGENT: usize = 256;
 
 const COMMAND_LEN: usize = 12;
@@ -203,7 +204,8 @@ pub struct Version {
     pub sender: SocketAddr,
     /// The peer's nonce.
     pub nonce: u64,
-    /// The peer's user agent (invalid UTF-8 replaced).
+    /// The peer's user agent: its first [`MAX_USER_AGENT`] bytes, invalid
+    /// UTF-8 replaced.
     pub user_agent: String,
     /// The peer's best block height; negative from a broken or hostile peer.
     pub start_height: i32,
@@ -215,8 +217,9 @@ impl Version {
     /// Parse a `version` payload. Bytes after the relay flag are ignored.
     ///
     /// # Errors
-    /// [`WireError::Malformed`] when a field is cut short, a length is not
-    /// canonically encoded, or the user agent is longer than [`MAX_USER_AGENT`].
+    /// [`WireError::Malformed`] when a field is cut short or a length is not
+    /// canonically encoded. A user agent longer than [`MAX_USER_AGENT`] is
+    /// cut, not refused.
     pub fn parse(payload: &[u8]) -> Result<Version, WireError> {
         let mut r = Reader(payload);
         let version = i32::from_le_bytes(r.array()?);
@@ -226,11 +229,12 @@ impl Version {
         let sender = r.net_addr()?;
         let nonce = u64::from_le_bytes(r.array()?);
         let len = r.var_int()?;
-        if len > MAX_USER_AGENT as u64 {
-            return Err(malformed(format!("user agent of {len} bytes")));
-        }
-        // len <= MAX_USER_AGENT, so the conversion is exact.
-        let user_agent = String::from_utf8_lossy(r.take(len as usize)?).into_owned();
+        // More than the payload holds is refused by `take`, before anything is copied.
+        let len =
+            usize::try_from(len).map_err(|_| malformed(format!("user agent of {len} bytes")))?;
+        let agent = r.take(len)?;
+        let agent = &agent[..len.min(MAX_USER_AGENT)];
+        let user_agent = String::from_utf8_lossy(agent).into_owned();
         let start_height = i32::from_le_bytes(r.array()?);
         let relay = r.0.first().map(|&b| b != 0);
         Ok(Version {

@@ -302,12 +302,15 @@ fn version_payload_errors() {
         with_agent(&hex("fd0001"), &max).unwrap().user_agent.len(),
         256
     );
-    let long = vec![b'a'; MAX_USER_AGENT + 1];
-    let err = with_agent(&hex("fd0101"), &long).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "malformed version payload: user agent of 257 bytes"
-    );
+    // A longer one is cut to the first 256 bytes; what follows it is read.
+    let mut long = vec![b'a'; MAX_USER_AGENT];
+    long.push(b'b');
+    let cut = with_agent(&hex("fd0101"), &long).unwrap();
+    assert_eq!(cut.user_agent, "a".repeat(MAX_USER_AGENT));
+    assert_eq!(cut.start_height, 5);
+    // A length beyond the payload is cut short, not read.
+    let err = with_agent(&hex("fd0101"), b"abc").unwrap_err();
+    assert!(err.to_string().contains("cut short"), "{err}");
     // A huge announced length is refused before anything is read or allocated.
     assert!(with_agent(&hex("ffffffffffffffffff"), b"").is_err());
     // Non-canonical lengths are refused, as Bitcoin Core does.

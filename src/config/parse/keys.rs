@@ -15,8 +15,8 @@ use super::{
     QUARANTINE_FAILURES, QUARANTINE_MAX, REBALANCE_INTERVAL, REFUSED_CLIENTS, RISE,
     UPGRADE_TIMEOUT,
 };
-use crate::config::Network;
 use crate::config::span;
+use crate::config::{Network, Services};
 
 /// The keys found at one place of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +96,8 @@ fn settings() -> Vec<(&'static str, String)> {
         ("health.drain_spread", format!("those closes spread over this window, oldest first; 0s = at once (default {})", s(DRAIN_SPREAD))),
         ("health.stall_timeout", "a backend whose connections all received nothing this long, while another backend's did, is stalled; 0s = off (default 0s)".into()),
         ("health.stall_rule", format!("{}: any silence counts, or only silence that owes the client an answer (default push)", names::<RawStallRule>())),
+        ("health.require_services", format!("service bits a bitcoin-p2p backend must announce to be given clients: names ({}), the preset {} ({}), or a 0x hex mask; a list means all of them (default: none)", Services::known_names().collect::<Vec<_>>().join(", "), Services::MWEBD_PRESET, Services::MWEBD)),
+        ("health.min_protocol_version", "lowest protocol version a bitcoin-p2p backend may announce to be given clients (default: any)".into()),
         ("discovery.interval", format!("time between DNS lookups of discover entries (default {})", s(DISCOVERY_INTERVAL))),
         ("discovery.hold", format!("how long a member missing from the answers is kept (default {})", s(DISCOVERY_HOLD))),
         ("discovery.resolver", "DNS server (ip:port) to ask; the system's resolvers when absent".into()),

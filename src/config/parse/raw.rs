@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::discover::ResolverAddr;
 use super::hosts::AdminHost;
+use super::require::RequiredServices;
 use super::values::{
     Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, MagicHex, OneOrMany, PoolName, RawBackend,
 };
@@ -140,6 +141,8 @@ pub(super) struct RawHealth {
     pub(super) drain_spread: Option<AnyDur>,
     pub(super) stall_timeout: Option<AnyDur>,
     pub(super) stall_rule: Option<RawStallRule>,
+    pub(super) require_services: Option<RequiredServices>,
+    pub(super) min_protocol_version: Option<u32>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -254,6 +257,8 @@ impl Merge for RawHealth {
             drain_spread: self.drain_spread.or(d.drain_spread),
             stall_timeout: self.stall_timeout.or(d.stall_timeout),
             stall_rule: self.stall_rule.or(d.stall_rule),
+            require_services: self.require_services.or(d.require_services),
+            min_protocol_version: self.min_protocol_version.or(d.min_protocol_version),
         }
     }
 }

@@ -12,6 +12,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::discover::{DiscoverTarget, ResolverAddr};
 use super::hosts::AdminHost;
+use super::require::ServiceItem;
 use crate::config::{ProbeTemplate, SecretUrl};
 
 /// A value read from one YAML scalar. serde_yaml hands any scalar to
@@ -64,6 +65,7 @@ scalar_deserialize!(
     DiscoverTarget,
     ResolverAddr,
     AdminHost,
+    ServiceItem,
 );
 
 /// The longest duration a config value may hold.
