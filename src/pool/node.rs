@@ -44,7 +44,9 @@ pub struct P2pFacts {
     pub protocol: u32,
     /// Its user agent: printable ASCII, at most [`MAX_USER_AGENT`] bytes.
     pub user_agent: String,
-    /// The best height it announced.
+    /// The best height it announced. Not shown (the backend's height is)
+    /// nor kept: 0 when read back.
+    #[serde(default)]
     pub start_height: i32,
 }
 
@@ -114,15 +116,14 @@ impl NodeFacts {
 }
 
 // By hand for `service_names`, which is shown but derived from `services`
-// (and ignored when read back).
+// (and ignored when read back): the contract's `node` object.
 impl Serialize for P2pFacts {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut out = s.serialize_struct("P2pFacts", 5)?;
+        let mut out = s.serialize_struct("P2pFacts", 4)?;
         out.serialize_field("services", &self.services)?;
         out.serialize_field("service_names", &self.services.names())?;
         out.serialize_field("protocol", &self.protocol)?;
         out.serialize_field("user_agent", &self.user_agent)?;
-        out.serialize_field("start_height", &self.start_height)?;
         out.end()
     }
 }

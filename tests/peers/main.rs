@@ -8,6 +8,7 @@ mod support;
 mod banned;
 mod electrum_liar;
 mod electrumx;
+mod facts;
 mod liar;
 mod litecoind_e2e;
 mod litecoind_probe;

@@ -102,12 +102,18 @@ impl Litecoind {
     /// Returns `None` (after the notice of [`available`]) when the binaries are
     /// absent. Panics if the node cannot be started.
     pub fn start(connect: Option<SocketAddr>) -> Option<Litecoind> {
+        Self::start_with(connect, &[])
+    }
+
+    /// As [`Litecoind::start`], with `extra` arguments after ours (they
+    /// win: `-peerblockfilters=1`, `-prune=550`).
+    pub fn start_with(connect: Option<SocketAddr>, extra: &[&str]) -> Option<Litecoind> {
         if !available() {
             return None;
         }
         let mut last_err = String::new();
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(connect) {
+            match Self::try_start(connect, extra) {
                 Ok(node) => return Some(node),
                 Err(StartError::PortTaken(msg)) => last_err = msg,
                 Err(StartError::Fatal(msg)) => panic!("start litecoind: {msg}"),
@@ -116,7 +122,7 @@ impl Litecoind {
         panic!("start litecoind: ports kept being taken ({START_ATTEMPTS} tries): {last_err}");
     }
 
-    fn try_start(connect: Option<SocketAddr>) -> Result<Litecoind, StartError> {
+    fn try_start(connect: Option<SocketAddr>, extra: &[&str]) -> Result<Litecoind, StartError> {
         let dir = tempfile::Builder::new()
             .prefix("pin-proxy-ltc-")
             .tempdir()
@@ -143,6 +149,7 @@ impl Litecoind {
             .arg(format!("-rpcport={rpc_port}"))
             .args(["-rpcbind=127.0.0.1", "-rpcallowip=127.0.0.1"])
             .arg(format!("-connect={connect}"))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
