@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 
 use crate::ops::control::Process;
 use crate::pool::admission::Refusal;
+use crate::pool::backend::Fit;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
@@ -93,6 +94,7 @@ struct Families {
     connect_failures: Family<BackendLabels, Counter>,
     bytes: Family<BytesLabels, Counter>,
     usable: Family<BackendLabels, Gauge>,
+    suitable: Family<BackendLabels, Gauge>,
     height: Family<BackendLabels, Gauge>,
     probes: Family<OutcomeLabels, Counter>,
     rebalance_moves: Family<PoolLabels, Counter>,
@@ -137,6 +139,11 @@ impl Families {
             self.usable,
         );
         r.register(
+            "pin_proxy_backend_suitable",
+            "0 once a probe found the node unable to serve the pool's clients (services, protocol or chain; it gets none), else 1",
+            self.suitable,
+        );
+        r.register(
             "pin_proxy_backend_height",
             "Last block height a probe read from the backend",
             self.height,
@@ -168,7 +175,7 @@ impl Families {
         );
         r.register(
             "pin_proxy_rejected",
-            "Clients refused at accept by reason (allow_list, max_connections, per_source) since start",
+            "Clients refused at accept by reason (allow_list, max_connections, per_source, no_suitable_backend) since start",
             self.rejected,
         );
         r.register(
@@ -311,6 +318,9 @@ fn add(f: &Families, pool: &PoolSnapshot, b: &BackendSnapshot) {
     f.usable
         .get_or_create(l)
         .set(i64::from(b.state.is_usable()));
+    f.suitable
+        .get_or_create(l)
+        .set(i64::from(b.fit != Fit::Unfit));
     if let Some(h) = b.height {
         f.height.get_or_create(l).set(saturate(h));
     }

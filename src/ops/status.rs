@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::pool::health::{Policy, ProbeOutcome, QuarantineReason, State};
+use crate::pool::node::NodeFacts;
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
 
@@ -83,7 +84,8 @@ pub struct BackendStatus {
     /// Left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaving_at: Option<String>,
-    /// `healthy`, `unknown`, `lagging`, `unhealthy`, `down` or `quarantined`.
+    /// `healthy`, `unknown`, `lagging`, `unhealthy`, `stalled`, `down`,
+    /// `quarantined` or `unsuitable`.
     pub state: State,
     /// Live client connections.
     pub connections: usize,
@@ -106,6 +108,12 @@ pub struct BackendStatus {
     pub bytes_up: u64,
     /// Bytes backend → client since start.
     pub bytes_down: u64,
+    /// What the node told its probe: services (hex and names), protocol
+    /// and user agent (`bitcoin-p2p`), server version and genesis
+    /// (`electrum*`), coin and version (`blockbook`). Left out until a
+    /// probe has told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeFacts>,
 }
 
 /// A quarantine window.
@@ -184,6 +192,7 @@ impl From<&BackendSnapshot> for BackendStatus {
             }),
             bytes_up: b.counters.bytes_up,
             bytes_down: b.counters.bytes_down,
+            node: b.node.clone(),
         }
     }
 }

@@ -20,14 +20,19 @@ pub enum Refusal {
     MaxConnections,
     /// Its address holds its share (`max_connections_per_source`).
     PerSource,
+    /// No backend of the pool can serve it (`health.require_services`,
+    /// `min_protocol_version`, chain): closed rather than handed to a node
+    /// that would make it ban the proxy.
+    NoSuitableBackend,
 }
 
 impl Refusal {
     /// Every reason.
-    pub const ALL: [Refusal; 3] = [
+    pub const ALL: [Refusal; 4] = [
         Refusal::AllowList,
         Refusal::MaxConnections,
         Refusal::PerSource,
+        Refusal::NoSuitableBackend,
     ];
 
     /// The `reason` field.
@@ -36,6 +41,7 @@ impl Refusal {
             Refusal::AllowList => "allow_list",
             Refusal::MaxConnections => "max_connections",
             Refusal::PerSource => "per_source",
+            Refusal::NoSuitableBackend => "no_suitable_backend",
         }
     }
 }
@@ -95,13 +101,17 @@ impl Pool {
 }
 
 impl Gate<'_> {
-    /// Admit a client from `peer`: below `max_connections`, and below
-    /// `max_connections_per_source` for its address when that is set.
+    /// Admit a client from `peer`: below `max_connections`, below
+    /// `max_connections_per_source` for its address when that is set, and
+    /// while some backend can serve it.
     ///
     /// # Errors
     /// Which limit it is at.
     pub fn admit_from(&self, peer: IpAddr) -> Result<Admission, Refusal> {
         let pool = self.pool;
+        if pool.unservable.load(Ordering::Acquire) {
+            return Err(Refusal::NoSuitableBackend);
+        }
         let per_source = pool.config().max_connections_per_source;
         if !self.take_place() {
             return Err(Refusal::MaxConnections);

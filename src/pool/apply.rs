@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::{BackendConfig, PoolConfig, ProbeKind};
-use crate::pool::backend::Backend;
+use crate::pool::backend::{Backend, Fit};
 use crate::pool::health::{Effect, Policy, ProbeOutcome, State};
 use crate::pool::lag::{self, Claim, Judgement, Own, Rule};
 use crate::pool::lag_detail;
@@ -221,6 +221,23 @@ impl Probing<'_> {
             }
             (outcome, _) => outcome,
         };
+        // What the node says it is outweighs every other verdict: a node
+        // that cannot serve the pool's clients gets none of them.
+        let outcome = match &report.unfit {
+            Some(unfit) => {
+                detail = Some(unfit.to_string());
+                ProbeOutcome::Unsuitable
+            }
+            None => outcome,
+        };
+        if let Some(facts) = &report.node {
+            let fit = if report.unfit.is_some() {
+                Fit::Unfit
+            } else {
+                Fit::Fit
+            };
+            b.set_node(facts.clone(), fit);
+        }
         b.stats().probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
         let detail = detail.unwrap_or_else(|| report.detail.clone());
         if b.last_probe().as_ref().is_none_or(|p| p.outcome != outcome) {
@@ -239,6 +256,7 @@ impl Probing<'_> {
         let effect = b.health_mut().probe(outcome, now, &Policy::of(&config));
         self.pool.note(before, b.health());
         let changed = self.pool.report(b, effect) || was_usable != b.health().is_usable();
+        self.pool.note_servable(&backends, &config);
         if changed {
             self.pool.drain(&mut backends, &config);
         }

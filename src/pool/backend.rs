@@ -8,9 +8,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::config::BackendConfig;
 use crate::pool::drain::DrainRun;
 use crate::pool::health::BackendHealth;
+use crate::pool::node::NodeFacts;
 use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, ProbeRecord};
 use crate::pool::stall::Traffic;
 
@@ -38,6 +41,25 @@ pub(in crate::pool) struct Backend {
     drain: Option<DrainRun>,
     /// What its connections received, as the stall rule samples it.
     traffic: Traffic,
+    /// What the node told its last probe that could tell (services,
+    /// protocol, software, chain).
+    node: Option<NodeFacts>,
+    /// Whether it can serve this pool's clients, as that probe found.
+    fit: Fit,
+}
+
+/// Whether a backend can serve its pool's clients: its services, protocol
+/// and chain against the pool's requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fit {
+    /// No probe has told yet.
+    #[default]
+    Unjudged,
+    /// The last probe that told found it fit.
+    Fit,
+    /// The last probe that told found it unfit.
+    Unfit,
 }
 
 impl Backend {
@@ -54,6 +76,8 @@ impl Backend {
             stats: Arc::default(),
             drain: None,
             traffic: Traffic::default(),
+            node: None,
+            fit: Fit::Unjudged,
         }
     }
 
@@ -151,5 +175,32 @@ impl Backend {
         &mut self,
     ) -> (&BTreeMap<ConnId, ConnEntry>, &mut Traffic) {
         (&self.conns, &mut self.traffic)
+    }
+
+    /// Whether it can serve this pool's clients, as last judged.
+    pub(in crate::pool) fn fit(&self) -> Fit {
+        self.fit
+    }
+
+    /// What the node told its last probe that could tell.
+    pub(in crate::pool) fn node(&self) -> Option<&NodeFacts> {
+        self.node.as_ref()
+    }
+
+    /// A probe learnt what the node is, and judged it.
+    pub(in crate::pool) fn set_node(&mut self, facts: NodeFacts, fit: Fit) {
+        self.node = Some(facts);
+        self.fit = fit;
+    }
+
+    /// It may be given a client: judged fit, or not judged while the pool
+    /// asks nothing it must prove (`strict` false: no
+    /// `health.require_services` or `min_protocol_version`).
+    pub(in crate::pool) fn may_serve(&self, strict: bool) -> bool {
+        match self.fit {
+            Fit::Fit => true,
+            Fit::Unfit => false,
+            Fit::Unjudged => !strict,
+        }
     }
 }

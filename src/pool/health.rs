@@ -38,6 +38,9 @@ pub enum State {
     Down,
     /// Out: put in maintenance by an operator.
     Quarantined,
+    /// Out: the node cannot serve this pool's clients (services, protocol
+    /// or chain); it never gets a client, not even to fail open.
+    Unsuitable,
 }
 
 impl State {
@@ -56,6 +59,7 @@ impl State {
             State::Stalled => "stalled",
             State::Down => "down",
             State::Quarantined => "quarantined",
+            State::Unsuitable => "unsuitable",
         }
     }
 }
@@ -85,17 +89,21 @@ pub enum ProbeOutcome {
     /// received nothing for `health.stall_timeout` while another
     /// backend's did.
     Stalled,
+    /// Failed: the node told what it is, and it cannot serve this pool's
+    /// clients (`health.require_services`, `min_protocol_version`, chain).
+    Unsuitable,
 }
 
 impl ProbeOutcome {
     /// Every outcome, in the order of [`ProbeOutcome::index`].
-    pub const ALL: [ProbeOutcome; 6] = [
+    pub const ALL: [ProbeOutcome; 7] = [
         ProbeOutcome::Healthy,
         ProbeOutcome::Unknown,
         ProbeOutcome::Unhealthy,
         ProbeOutcome::Lagging,
         ProbeOutcome::Down,
         ProbeOutcome::Stalled,
+        ProbeOutcome::Unsuitable,
     ];
 
     /// Its position in [`ProbeOutcome::ALL`], for per-outcome counters.
@@ -112,6 +120,7 @@ impl ProbeOutcome {
             ProbeOutcome::Lagging => "lagging",
             ProbeOutcome::Down => "down",
             ProbeOutcome::Stalled => "stalled",
+            ProbeOutcome::Unsuitable => "unsuitable",
         }
     }
 }
@@ -134,11 +143,13 @@ pub enum QuarantineReason {
     SelfLoop,
     /// `health.fall` probes found its clients' connections stalled.
     Stalled,
+    /// A probe found the node unfit for this pool's clients.
+    Unsuitable,
 }
 
 impl QuarantineReason {
     /// Every reason, in the order of [`QuarantineReason::index`].
-    pub const ALL: [QuarantineReason; 7] = [
+    pub const ALL: [QuarantineReason; 8] = [
         QuarantineReason::ConnectFailures,
         QuarantineReason::Down,
         QuarantineReason::Unhealthy,
@@ -146,6 +157,7 @@ impl QuarantineReason {
         QuarantineReason::Manual,
         QuarantineReason::SelfLoop,
         QuarantineReason::Stalled,
+        QuarantineReason::Unsuitable,
     ];
 
     /// Its position in [`QuarantineReason::ALL`], for per-reason counters.
@@ -163,6 +175,7 @@ impl QuarantineReason {
             QuarantineReason::Manual => "manual",
             QuarantineReason::SelfLoop => "self_loop",
             QuarantineReason::Stalled => "stalled",
+            QuarantineReason::Unsuitable => "unsuitable",
         }
     }
 
@@ -175,6 +188,7 @@ impl QuarantineReason {
             QuarantineReason::Lagging => State::Lagging,
             QuarantineReason::Stalled => State::Stalled,
             QuarantineReason::Manual => State::Quarantined,
+            QuarantineReason::Unsuitable => State::Unsuitable,
         }
     }
 }
@@ -505,14 +519,21 @@ impl BackendHealth {
                 QuarantineReason::Down
             }
             ProbeOutcome::Stalled => QuarantineReason::Stalled,
+            ProbeOutcome::Unsuitable => QuarantineReason::Unsuitable,
         };
         self.bad_probes += 1;
         self.good_probes = 0;
+        // What the node says it is needs no second opinion: out at once.
+        let fall = if reason == QuarantineReason::Unsuitable {
+            1
+        } else {
+            policy.fall
+        };
         match self.quarantine {
             Some(_) if in_window => Effect::None,
             // The window is over and it is still bad: the next, longer one.
             Some(_) => self.take_out(reason, now, policy),
-            None if self.bad_probes >= policy.fall => self.take_out(reason, now, policy),
+            None if self.bad_probes >= fall => self.take_out(reason, now, policy),
             None => Effect::None,
         }
     }

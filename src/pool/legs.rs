@@ -16,6 +16,7 @@ use crate::pool::admission::source_of;
 use crate::pool::backend::Backend;
 use crate::pool::close::{CloseReason, Closer};
 use crate::pool::health::{Effect, Policy};
+use crate::pool::node;
 use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, Lease, Pool, Target};
 use crate::pool::saved::kept;
 use crate::pool::select::{self, Candidate};
@@ -42,6 +43,7 @@ impl Legs<'_> {
         entry: ConnEntry,
         tried: &[BackendId],
     ) -> Option<(Lease, Target)> {
+        let strict = node::strict(&self.pool.config().health);
         let mut backends = self.pool.backends();
         let refused = backends
             .refused
@@ -56,6 +58,7 @@ impl Legs<'_> {
                 last_failure: b.health().failed_at(),
                 tried: tried.contains(&b.id()),
                 refused: refused(b.id()),
+                unfit: !b.may_serve(strict),
             })
             .collect();
         drop(refused);
@@ -66,8 +69,9 @@ impl Legs<'_> {
     /// A client's backend leg to `backend` is up: mark it spliced (from
     /// then on drain and rebalance may close it) and return true, unless
     /// the backend was usable when chosen (`chosen_usable`) and has been
-    /// taken out since while another is usable: then false, and the client
-    /// should go elsewhere. Under the pool lock, as drains are: a drain
+    /// taken out since while another is usable, or was found unable to
+    /// serve the pool's clients: then false, and the client should go
+    /// elsewhere. Under the pool lock, as drains are: a drain
     /// either came first (false here) or sees the connection spliced and
     /// closes it, so no client lands on a drained backend.
     pub fn splice_if_wanted(
@@ -76,11 +80,17 @@ impl Legs<'_> {
         chosen_usable: bool,
         closer: &Closer,
     ) -> bool {
+        let strict = node::strict(&self.pool.config().health);
         let m = self.pool.backends();
         let usable = |b: &Backend| b.health().is_usable();
         let wanted =
             m.active.iter().any(|b| b.id() == backend && usable(b)) || !m.active.iter().any(usable);
-        if chosen_usable && !wanted {
+        // Found unfit while we connected: never splice there, whatever else.
+        let unfit = m
+            .active
+            .iter()
+            .any(|b| b.id() == backend && !b.may_serve(strict));
+        if unfit || (chosen_usable && !wanted) {
             return false;
         }
         closer.set_spliced();

@@ -77,6 +77,37 @@ pub struct BlockbookFacts {
     pub version: Option<String>,
 }
 
+/// One line for people: `/LitecoinCore:0.21.2.1/, protocol 70016,
+/// services 0x1000409 (network, witness, network_limited, mweb)`.
+impl fmt::Display for NodeFacts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeFacts::P2p(p) => write!(
+                f,
+                "{}, protocol {}, services {} ({})",
+                p.user_agent,
+                p.protocol,
+                p.services,
+                p.services.describe()
+            ),
+            NodeFacts::Electrum(e) => {
+                write!(f, "{}, protocol {}", e.server_version, e.protocol)?;
+                if let Some(genesis) = &e.genesis_hash {
+                    write!(f, ", genesis {genesis}")?;
+                }
+                Ok(())
+            }
+            NodeFacts::Blockbook(b) => {
+                let coin = b.coin.as_deref().unwrap_or("coin not told");
+                match &b.version {
+                    Some(v) => write!(f, "{coin}, blockbook {v}"),
+                    None => f.write_str(coin),
+                }
+            }
+        }
+    }
+}
+
 impl NodeFacts {
     /// The facts of a P2P node's `version`, its user agent made printable
     /// and cut to [`MAX_USER_AGENT`] bytes.
@@ -297,6 +328,13 @@ pub fn judge(req: &Requirement, facts: &NodeFacts) -> Result<(), Unfit> {
     } else {
         Err(Unfit(misfits))
     }
+}
+
+/// The pool asks for something a node must prove before it gets a client
+/// (`health.require_services`, `min_protocol_version`): a backend no probe
+/// has judged yet gets none.
+pub fn strict(health: &HealthConfig) -> bool {
+    !health.require_services.is_empty() || health.min_protocol_version.is_some()
 }
 
 #[cfg(test)]

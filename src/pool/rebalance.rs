@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use tracing::info;
 
 use crate::pool::close::CloseReason;
+use crate::pool::node;
 use crate::pool::registry::{BackendId, Pool};
 
 /// What the planner needs to know about one backend.
@@ -80,13 +81,15 @@ impl Pool {
 impl Rebalance<'_> {
     /// The move the pool needs now, or `None` when it is balanced.
     pub fn plan(&self) -> Option<Move> {
-        let min_imbalance = self.pool.config().rebalance.min_imbalance;
+        let config = self.pool.config();
+        let (min_imbalance, strict) =
+            (config.rebalance.min_imbalance, node::strict(&config.health));
         let backends = self.pool.backends();
         let loads: Vec<Load> = backends
             .active
             .iter()
             .map(|b| Load {
-                usable: b.health().is_usable(),
+                usable: b.health().is_usable() && b.may_serve(strict),
                 backup: b.config().backup,
                 // O(1): a connection just closed by the previous tick leaves the
                 // map within milliseconds, long before the next tick.

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::SystemTime;
 
@@ -36,6 +36,7 @@ use crate::pool::fold::Folds;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::members::Members;
 use crate::pool::members::{Change, MemberPlan};
+use crate::pool::node;
 use crate::pool::own::OwnListeners;
 use crate::pool::refused::Refusals;
 use crate::pool::saved::HealthChanges;
@@ -124,6 +125,11 @@ pub struct Pool {
     pub(in crate::pool) tally: Tally,
     /// Cancelled when the pool stops (shutdown or removal by reload).
     pub token: CancellationToken,
+    /// No backend can serve the pool's clients (each judged unfit, or
+    /// not judged while the pool is strict): clients are refused at accept
+    /// (`no_suitable_backend`). Set under the lock by
+    /// [`Pool::note_servable`], read without it.
+    pub(in crate::pool) unservable: AtomicBool,
     /// Set by [`Pool::stop`]: the reason every connection closes with.
     stopped: OnceLock<CloseReason>,
     /// Every listener of the process, which backend legs never dial.
@@ -169,6 +175,7 @@ impl Pool {
             rebalance_moves: AtomicU64::new(0),
             tally: Tally::default(),
             token,
+            unservable: AtomicBool::new(false),
             stopped: OnceLock::new(),
             own: Arc::default(),
             handing_over: AtomicBool::new(false),
@@ -292,6 +299,7 @@ impl Pool {
                 m.leaving.push(gone);
             }
         }
+        self.note_servable(m, config);
         self.settle(m, config, now);
         // Backends may have come or gone: the saved set changes with them.
         self.changes.bump();
@@ -342,6 +350,16 @@ impl Pool {
                 entry.closer.close(reason);
             }
         }
+    }
+
+    /// Work out again whether any backend can serve the pool's clients:
+    /// after a probe judged one, and when members or the requirement
+    /// changed. A pool with no backends at all is not `unservable` (its
+    /// clients find no backend, as before).
+    pub(in crate::pool) fn note_servable(&self, m: &Members, config: &PoolConfig) {
+        let strict = node::strict(&config.health);
+        let none = !m.active.is_empty() && !m.active.iter().any(|b| b.may_serve(strict));
+        self.unservable.store(none, Ordering::Release);
     }
 
     /// The backend with id `id`, if it is still configured.

@@ -16,10 +16,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::pool::backend::Backend;
+use crate::pool::backend::{Backend, Fit};
 use crate::pool::health::{
     BackendHealth, Counts, MAX_MANUAL_WINDOW, Quarantine, QuarantineReason, State, later,
 };
+use crate::pool::node::NodeFacts;
 use crate::pool::registry::{Pool, ProbeRecord};
 use crate::pool::snapshot::{QuarantineSnapshot, wall_time};
 
@@ -52,6 +53,14 @@ pub struct SavedBackend {
     pub proven: bool,
     /// The last probe.
     pub last_probe: Option<ProbeRecord>,
+    /// What the node told a probe, and whether it can serve the pool's
+    /// clients: a live upgrade keeps an unsuitable node out, a state file
+    /// keeps it out across a restart until a probe says otherwise.
+    #[serde(default)]
+    pub node: Option<NodeFacts>,
+    /// The judgement of `node`.
+    #[serde(default)]
+    pub fit: Fit,
 }
 
 impl SavedBackend {
@@ -77,6 +86,8 @@ impl SavedBackend {
             height: None,
             proven: false,
             last_probe: None,
+            node: None,
+            fit: Fit::Unjudged,
         }
     }
 }
@@ -179,6 +190,8 @@ impl Saved<'_> {
                     height: b.height(),
                     proven: b.proven(),
                     last_probe: b.last_probe().cloned(),
+                    node: b.node().cloned(),
+                    fit: b.fit(),
                 }
             })
             .collect();
@@ -256,6 +269,7 @@ impl Pool {
             });
             m.unclaimed = waiting.cloned().collect();
         }
+        self.note_servable(&m, &self.config());
         drop(m);
         if applied > 0 {
             // Ended windows were dropped: what a writer holds is out of date.
@@ -338,6 +352,9 @@ fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>, keep_ended: bool) 
     h.restore(quarantine, counts);
     b.set_height(s.height, s.proven);
     b.set_last_probe(s.last_probe.clone());
+    if let Some(facts) = &s.node {
+        b.set_node(facts.clone(), s.fit);
+    }
     let closing = s.closes_at_once > 0;
     b.stats().closing_at_once.store(closing, Ordering::Relaxed);
 }

@@ -5,6 +5,10 @@
 //! 2. while no primary is usable: usable backups it has not tried, likewise;
 //! 3. fail open: every backend it has not tried, least recently failed first.
 //!
+//! A backend that cannot serve the pool's clients (`unfit`: its services,
+//! protocol or chain; see [`node`](crate::pool::node)) is never chosen, not
+//! even to fail open: a client it would reach bans the proxy's address.
+//!
 //! Within 1 and 2 a backend that lately refused the client's address (see
 //! [`refused`](crate::pool::refused)) comes after every one that did not,
 //! whatever their loads: steering only orders the choice, it turns no
@@ -28,16 +32,18 @@ pub struct Candidate {
     pub tried: bool,
     /// Lately closed a connection of this client's address at once.
     pub refused: bool,
+    /// Cannot serve this pool's clients: never chosen.
+    pub unfit: bool,
 }
 
 /// Index of the backend to try next, or `None` when every one was tried.
 pub fn pick(cands: &[Candidate]) -> Option<usize> {
-    let any_primary_usable = cands.iter().any(|c| c.usable && !c.backup);
+    let any_primary_usable = cands.iter().any(|c| c.usable && !c.backup && !c.unfit);
     let fewest = |want_backup: bool| {
         cands
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.usable && !c.tried && c.backup == want_backup)
+            .filter(|(_, c)| c.usable && !c.tried && !c.unfit && c.backup == want_backup)
             .min_by_key(|(_, c)| (c.refused, c.live))
             .map(|(i, _)| i)
     };
@@ -48,7 +54,7 @@ pub fn pick(cands: &[Candidate]) -> Option<usize> {
             cands
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| !c.tried)
+                .filter(|(_, c)| !c.tried && !c.unfit)
                 .min_by_key(|(_, c)| c.last_failure)
                 .map(|(i, _)| i)
         })
@@ -67,7 +73,24 @@ mod tests {
             last_failure: None,
             tried: false,
             refused: false,
+            unfit: false,
         }
+    }
+
+    #[test]
+    fn an_unfit_backend_is_never_chosen_not_even_to_fail_open() {
+        let mut cands = [c(true, false, 9), c(true, false, 0), c(true, true, 0)];
+        cands[1].unfit = true;
+        assert_eq!(pick(&cands), Some(0), "the fit one, however busy");
+        cands[0].unfit = true;
+        assert_eq!(pick(&cands), Some(2), "no fit primary: the backup");
+        cands[2].unfit = true;
+        assert_eq!(pick(&cands), None, "none fit: none at all");
+        let mut down = [c(false, false, 0), c(false, false, 0)];
+        down[0].unfit = true;
+        assert_eq!(pick(&down), Some(1), "fail open skips the unfit one");
+        down[1].unfit = true;
+        assert_eq!(pick(&down), None);
     }
 
     #[test]

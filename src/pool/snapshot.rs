@@ -11,9 +11,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::pool::backend::Backend;
+use crate::pool::backend::{Backend, Fit};
 use crate::pool::discovered;
 use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
+use crate::pool::node::NodeFacts;
 use crate::pool::registry::{BackendStats, ConnEntry, ConnId, Pool, ProbeRecord};
 use crate::pool::tally::Ends;
 
@@ -94,6 +95,12 @@ pub struct BackendSnapshot {
     pub counters: Counters,
     /// Live connections registered on it (connecting ones included).
     pub connections: usize,
+    /// What the node told a probe (services, protocol, software, chain).
+    #[serde(default)]
+    pub node: Option<NodeFacts>,
+    /// Whether it can serve the pool's clients, as that probe found.
+    #[serde(default)]
+    pub fit: Fit,
     /// Those connections, oldest first; empty in an
     /// [`overview`](crate::pool::snapshot::PoolView::overview), which only counts them.
     pub conns: Vec<ConnSnapshot>,
@@ -334,6 +341,8 @@ impl BackendSnapshot {
             last_probe: b.last_probe().cloned(),
             counters: Counters::of(b.stats()),
             connections: b.conns().len(),
+            node: b.node().cloned(),
+            fit: b.fit(),
             conns,
         }
     }

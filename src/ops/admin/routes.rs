@@ -310,6 +310,11 @@ pub fn reserved(
                         peer.ip().to_canonical()
                     ),
                 ),
+                // The endpoint has no backends; its slots never say so.
+                Refusal::NoSuitableBackend => Fail::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "admin endpoint busy".to_owned(),
+                ),
             };
             let mut answer = error(fail);
             answer

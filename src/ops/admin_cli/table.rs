@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime};
 
 use crate::ops::status::{BackendStatus, PoolStatus, Status};
-use crate::pool::health::{ProbeOutcome, QuarantineReason};
+use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
 
 const HEADER: [&str; 9] = [
     "BACKEND",
@@ -66,6 +66,16 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
             })
             .collect();
         let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
+    }
+    for b in &pool.backends {
+        if let Some(node) = &b.node {
+            let _ = writeln!(out, "  node {}: {node}", b.name);
+        }
+        if b.state == State::Unsuitable
+            && let Some(p) = &b.last_probe
+        {
+            let _ = writeln!(out, "  unsuitable {}: {}", b.name, p.detail);
+        }
     }
     for d in &pool.discovery {
         let last = match (&d.last_lookup, &d.error) {
@@ -256,6 +266,7 @@ mod tests {
             }),
             bytes_up: 1536,
             bytes_down: 5 * 1024 * 1024 * 1024,
+            node: None,
         }
     }
 
