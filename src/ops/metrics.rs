@@ -19,7 +19,7 @@ use prometheus_client::registry::Registry;
 
 use crate::ops::control::Process;
 use crate::pool::admission::Refusal;
-use crate::pool::backend::Fit;
+use crate::pool::backend::Suitability;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::{BackendSnapshot, PoolSnapshot};
@@ -320,7 +320,7 @@ fn add(f: &Families, pool: &PoolSnapshot, b: &BackendSnapshot) {
         .set(i64::from(b.state.is_usable()));
     f.suitable
         .get_or_create(l)
-        .set(i64::from(b.fit != Fit::Unfit));
+        .set(i64::from(b.suitability != Suitability::Unsuitable));
     if let Some(h) = b.height {
         f.height.get_or_create(l).set(saturate(h));
     }

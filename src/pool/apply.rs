@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::{BackendConfig, PoolConfig, ProbeKind};
-use crate::pool::backend::{Backend, Fit};
+use crate::pool::backend::{Backend, Suitability};
 use crate::pool::health::{Effect, Policy, ProbeOutcome, State};
 use crate::pool::lag::{self, Claim, Judgement, Own, Rule};
 use crate::pool::lag_detail;
@@ -231,12 +231,12 @@ impl Probing<'_> {
             None => outcome,
         };
         if let Some(facts) = &report.node {
-            let fit = if report.unfit.is_some() {
-                Fit::Unfit
+            let suitability = if report.unfit.is_some() {
+                Suitability::Unsuitable
             } else {
-                Fit::Fit
+                Suitability::Suitable
             };
-            b.set_node(facts.clone(), fit);
+            b.set_node(facts.clone(), suitability);
         }
         b.stats().probes[outcome.index()].fetch_add(1, Ordering::Relaxed);
         let detail = detail.unwrap_or_else(|| report.detail.clone());

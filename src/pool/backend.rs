@@ -45,21 +45,21 @@ pub(in crate::pool) struct Backend {
     /// protocol, software, chain).
     node: Option<NodeFacts>,
     /// Whether it can serve this pool's clients, as that probe found.
-    fit: Fit,
+    suitability: Suitability,
 }
 
 /// Whether a backend can serve its pool's clients: its services, protocol
 /// and chain against the pool's requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Fit {
+pub enum Suitability {
     /// No probe has told yet.
     #[default]
     Unjudged,
     /// The last probe that told found it fit.
-    Fit,
+    Suitable,
     /// The last probe that told found it unfit.
-    Unfit,
+    Unsuitable,
 }
 
 impl Backend {
@@ -77,7 +77,7 @@ impl Backend {
             drain: None,
             traffic: Traffic::default(),
             node: None,
-            fit: Fit::Unjudged,
+            suitability: Suitability::Unjudged,
         }
     }
 
@@ -178,8 +178,8 @@ impl Backend {
     }
 
     /// Whether it can serve this pool's clients, as last judged.
-    pub(in crate::pool) fn fit(&self) -> Fit {
-        self.fit
+    pub(in crate::pool) fn suitability(&self) -> Suitability {
+        self.suitability
     }
 
     /// What the node told its last probe that could tell.
@@ -188,19 +188,19 @@ impl Backend {
     }
 
     /// A probe learnt what the node is, and judged it.
-    pub(in crate::pool) fn set_node(&mut self, facts: NodeFacts, fit: Fit) {
+    pub(in crate::pool) fn set_node(&mut self, facts: NodeFacts, suitability: Suitability) {
         self.node = Some(facts);
-        self.fit = fit;
+        self.suitability = suitability;
     }
 
     /// It may be given a client: judged fit, or not judged while the pool
     /// asks nothing it must prove (`strict` false: no
     /// `health.require_services` or `min_protocol_version`).
     pub(in crate::pool) fn may_serve(&self, strict: bool) -> bool {
-        match self.fit {
-            Fit::Fit => true,
-            Fit::Unfit => false,
-            Fit::Unjudged => !strict,
+        match self.suitability {
+            Suitability::Suitable => true,
+            Suitability::Unsuitable => false,
+            Suitability::Unjudged => !strict,
         }
     }
 }

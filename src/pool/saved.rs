@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::pool::backend::{Backend, Fit};
+use crate::pool::backend::{Backend, Suitability};
 use crate::pool::health::{
     BackendHealth, Counts, MAX_MANUAL_WINDOW, Quarantine, QuarantineReason, State, later,
 };
@@ -60,7 +60,7 @@ pub struct SavedBackend {
     pub node: Option<NodeFacts>,
     /// The judgement of `node`.
     #[serde(default)]
-    pub fit: Fit,
+    pub suitability: Suitability,
 }
 
 impl SavedBackend {
@@ -87,7 +87,7 @@ impl SavedBackend {
             proven: false,
             last_probe: None,
             node: None,
-            fit: Fit::Unjudged,
+            suitability: Suitability::Unjudged,
         }
     }
 }
@@ -191,7 +191,7 @@ impl Saved<'_> {
                     proven: b.proven(),
                     last_probe: b.last_probe().cloned(),
                     node: b.node().cloned(),
-                    fit: b.fit(),
+                    suitability: b.suitability(),
                 }
             })
             .collect();
@@ -353,7 +353,7 @@ fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>, keep_ended: bool) 
     b.set_height(s.height, s.proven);
     b.set_last_probe(s.last_probe.clone());
     if let Some(facts) = &s.node {
-        b.set_node(facts.clone(), s.fit);
+        b.set_node(facts.clone(), s.suitability);
     }
     let closing = s.closes_at_once > 0;
     b.stats().closing_at_once.store(closing, Ordering::Relaxed);

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::pool::backend::{Backend, Fit};
+use crate::pool::backend::{Backend, Suitability};
 use crate::pool::discovered;
 use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
 use crate::pool::node::NodeFacts;
@@ -100,7 +100,7 @@ pub struct BackendSnapshot {
     pub node: Option<NodeFacts>,
     /// Whether it can serve the pool's clients, as that probe found.
     #[serde(default)]
-    pub fit: Fit,
+    pub suitability: Suitability,
     /// Those connections, oldest first; empty in an
     /// [`overview`](crate::pool::snapshot::PoolView::overview), which only counts them.
     pub conns: Vec<ConnSnapshot>,
@@ -342,7 +342,7 @@ impl BackendSnapshot {
             counters: Counters::of(b.stats()),
             connections: b.conns().len(),
             node: b.node().cloned(),
-            fit: b.fit(),
+            suitability: b.suitability(),
             conns,
         }
     }
