@@ -339,7 +339,9 @@ impl Network {
         match self {
             Network::Litecoin => &["Litecoin"],
             Network::LitecoinTestnet => &["Litecoin Testnet"],
-            Network::LitecoinRegtest => &["Litecoin Regtest"],
+            // Blockbook ships no Litecoin regtest coin: one run on regtest
+            // carries a copy of the mainnet coin file, or a renamed one.
+            Network::LitecoinRegtest => &["Litecoin Regtest", "Litecoin"],
             Network::Bitcoin => &["Bitcoin"],
             Network::BitcoinTestnet => &["Testnet"],
             Network::BitcoinRegtest => &["Regtest"],

@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::support::admin_http::{self, Kind};
 use crate::support::blockbook::RestTwin;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
@@ -605,4 +606,73 @@ async fn backup_serves_only_while_every_primary_is_down_and_hands_clients_back()
         a.live() == 2 && s.live() == 0
     })
     .await;
+}
+
+/// A Blockbook of another coin is unsuitable: it gets no client, and once
+/// the only other one turns unsuitable too, new clients are refused at
+/// accept (`no_suitable_backend`) while the connections the last leg holds
+/// stay; when a right coin comes back, clients reach it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blockbook_of_another_coin_gets_no_client_not_even_to_fail_open() {
+    let (x, y) = (Node::hold().await, Node::hold().await);
+    let (x_api, y_api) = (RestTwin::start().await, RestTwin::start().await);
+    y_api.set_coin("Bitcoin");
+    let knobs = Knobs {
+        probe: "blockbook",
+        ..Knobs::default()
+    };
+    let pool = knobs.pool(&[
+        with_probe_url("x", x.addr, &x_api.url()),
+        with_probe_url("y", y.addr, &y_api.url()),
+    ]);
+    let yaml = format!("admin: {{ listen: 127.0.0.1:0 }}\n{}", config(&[pool]));
+    let proxy = Proxy::start(&yaml).await;
+    let unfit = proxy.wait_event(probed("y", "unsuitable"), T).await;
+    assert_eq!(unfit["detail"], "coin \"Bitcoin\" is not litecoin-regtest");
+    assert_eq!(
+        proxy.wait_event(about("quarantined", "y"), T).await["reason"],
+        "unsuitable"
+    );
+    wait_healthy(&proxy, &["x"]);
+    let status = admin_http::status(proxy.admin()).await;
+    let y_status = &status["pools"][0]["backends"][1];
+    assert_eq!(y_status["state"], "unsuitable");
+    assert_eq!(y_status["node"]["coin"], "Bitcoin");
+    assert_eq!(
+        status["pools"][0]["backends"][0]["node"]["coin"],
+        "Litecoin"
+    );
+
+    // Least-used would pick y (no connections): every client goes to x.
+    let _clients = Clients::spawn(proxy.addr("p"), 3);
+    wait_live(&proxy, &[("x", 3), ("y", 0)]).await;
+    wait_until("3 clients at x", T, || x.live() == 3).await;
+    assert_eq!(y.live(), 0, "a client reached the other coin's node");
+
+    // x turns unsuitable too: it keeps what it holds (the last leg), and a
+    // new client is closed at once, unread, never handed to either.
+    x_api.set_coin("Bitcoin");
+    proxy.wait_event(probed("x", "unsuitable"), T).await;
+    let mut late = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(T, late.read(&mut buf)).await.unwrap();
+    assert!(matches!(n, Ok(0) | Err(_)), "the refused client read {n:?}");
+    let rejected = proxy.wait_event(in_p("rejected"), T).await;
+    assert_eq!(rejected["reason"], "no_suitable_backend");
+    assert_eq!((x.live(), y.live()), (3, 0));
+    let metrics = admin_http::metrics(proxy.admin()).await;
+    let refused = [("pool", "p"), ("reason", "no_suitable_backend")];
+    assert!(metrics.value("pin_proxy_rejected_total", Kind::Counter, &refused) >= 1.0);
+    let y_labels = [("pool", "p"), ("backend", "y")];
+    assert_eq!(
+        metrics.value("pin_proxy_backend_suitable", Kind::Gauge, &y_labels),
+        0.0
+    );
+
+    // y is a Litecoin Blockbook again: it returns after its window and
+    // `rise`, and x's clients are drained to it.
+    y_api.set_coin("Litecoin");
+    proxy.wait_event(about("released", "y"), T).await;
+    wait_live(&proxy, &[("x", 0), ("y", 3)]).await;
+    wait_until("3 clients at y", T, || y.live() == 3).await;
 }

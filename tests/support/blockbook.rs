@@ -1,9 +1,9 @@
 //! A Blockbook REST twin on loopback: answers every GET with a Blockbook
-//! `/api/` status body (`inSync` and `bestHeight` as set), or, once gone,
+//! `/api/` status body (`coin`, `inSync` and `bestHeight` as set), or, once gone,
 //! refuses connections.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,10 +11,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 /// What the twin reports.
-#[derive(Default)]
 struct Reply {
     in_sync: AtomicBool,
     height: AtomicU64,
+    coin: Mutex<String>,
 }
 
 /// A twin; stops listening when dropped or [`RestTwin::go_away`] is called.
@@ -47,6 +47,7 @@ impl RestTwin {
             reply: Arc::new(Reply {
                 in_sync: AtomicBool::new(true),
                 height: AtomicU64::new(height),
+                coin: Mutex::new("Litecoin".to_owned()),
             }),
             gone: CancellationToken::new(),
         };
@@ -57,11 +58,12 @@ impl RestTwin {
                     () = gone.cancelled() => return,
                     r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
                 };
-                let (in_sync, height) = (
-                    reply.in_sync.load(Ordering::Relaxed),
-                    reply.height.load(Ordering::Relaxed),
-                );
-                tokio::spawn(answer(stream, in_sync, height));
+                let status = Status {
+                    in_sync: reply.in_sync.load(Ordering::Relaxed),
+                    height: reply.height.load(Ordering::Relaxed),
+                    coin: reply.coin.lock().unwrap().clone(),
+                };
+                tokio::spawn(answer(stream, status));
             }
         });
         Ok(twin)
@@ -82,6 +84,11 @@ impl RestTwin {
         self.reply.in_sync.store(in_sync, Ordering::Relaxed);
     }
 
+    /// Name `coin` as the coin it indexes from now on (`Litecoin` at start).
+    pub fn set_coin(&self, coin: &str) {
+        *self.reply.coin.lock().unwrap() = coin.to_owned();
+    }
+
     /// Close the listener: the URL is unreachable from now on.
     pub fn go_away(&self) {
         self.gone.cancel();
@@ -94,8 +101,20 @@ impl Drop for RestTwin {
     }
 }
 
+/// What one answer says.
+struct Status {
+    in_sync: bool,
+    height: u64,
+    coin: String,
+}
+
 /// Read one request head, answer with a Blockbook `/api/` status, close.
-async fn answer(mut stream: TcpStream, in_sync: bool, height: u64) {
+async fn answer(mut stream: TcpStream, status: Status) {
+    let Status {
+        in_sync,
+        height,
+        coin,
+    } = status;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
@@ -105,7 +124,7 @@ async fn answer(mut stream: TcpStream, in_sync: bool, height: u64) {
         }
     }
     let body = format!(
-        "{{\"blockbook\":{{\"coin\":\"Litecoin\",\"inSync\":{in_sync},\"bestHeight\":{height}}},\
+        "{{\"blockbook\":{{\"coin\":\"{coin}\",\"version\":\"0.4.0\",\"inSync\":{in_sync},\"bestHeight\":{height}}},\
          \"backend\":{{\"chain\":\"main\",\"blocks\":{height}}}}}"
     );
     let response = format!(
