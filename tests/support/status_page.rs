@@ -31,7 +31,8 @@ pub fn view(pool: &str, name: &str) -> String {
         "(() => {{ const el = {}; if (!el) return null;
            const t = s => el.querySelector(s).innerText.trim();
            return {{ state: t('.state'), name: t('.name'), quarantine: t('.quarantine'),
-                     countdown: t('.countdown'), probe: t('.probe'), cells: el.innerText,
+                     countdown: t('.countdown'), probe: t('.probe'), node: t('.node'),
+                     cells: el.innerText,
                      backup: el.querySelector('.tag').checkVisibility() }}; }})()",
         row(pool, name)
     )

@@ -3,7 +3,7 @@
 //! with a `network` needs before it judges lag), one left 9 blocks behind
 //! and then brought level while its window still runs.
 
-use crate::support::admin_http::{admin_addr, backend};
+use crate::support::admin_http::{admin_addr, backend, status as st_now};
 use crate::support::admin_pool::T;
 use crate::support::admin_wait::wait_status;
 use crate::support::chromium::Chromium;
@@ -35,7 +35,13 @@ async fn a_lag_quarantine_shows_its_cause_then_when_the_caught_up_backend_return
     .await;
     let mut tab = browser.tab().await;
     tab.navigate(&format!("http://{admin}/")).await;
-    seen_until(&mut tab, "ltc-p2p", "a", "r.state === 'healthy'").await;
+    let r = seen_until(&mut tab, "ltc-p2p", "a", "r.state === 'healthy'").await;
+    // What the node told its probe, by name, under the backend's name.
+    let node = r["node"].as_str().unwrap();
+    assert!(node.starts_with("/pin-proxy-simnode:"), "{r}");
+    assert!(node.contains("services 0x1 (network)"), "{r}");
+    let protocol = of(&st_now(admin).await, "a")["node"]["protocol"].clone();
+    assert!(node.contains(&format!("protocol {protocol}")), "{r}");
 
     // B moves 9 blocks on, with max_lag_blocks 3: A lags.
     b.set_height(109);
@@ -107,6 +113,10 @@ async fn a_lag_quarantine_shows_its_cause_then_when_the_caught_up_backend_return
     // So does `pin-proxy status`'s table, with the same window end.
     let (code, out, err) = cli(&["status", "--admin", &admin.to_string()]).await;
     assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("node a: /pin-proxy-simnode:") && out.contains("services 0x1 (network)"),
+        "{out}"
+    );
     assert!(
         out.contains(&format!("lagging, caught up, returns at {until}")),
         "{out}"
