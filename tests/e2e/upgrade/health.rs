@@ -7,6 +7,7 @@ use tokio::net::TcpStream;
 
 use crate::support::admin_http::{backend, request};
 use crate::support::admin_wait::wait_status;
+use crate::support::blockbook::RestTwin;
 use crate::support::live_on;
 use crate::support::nodes::{Node, refused_addr};
 use crate::support::proxy::Proxy;
@@ -83,4 +84,67 @@ async fn wait_until_down(proxy: &Proxy) {
         (down && !backend(st, "p", "n1")["last_probe"].is_null()).then_some(())
     })
     .await;
+}
+
+/// What a node told its probe, and that it cannot serve the pool's
+/// clients, go over too: with the Blockbook of the other coin no longer
+/// answering (nothing the new process probes could tell it), the new
+/// process still shows its `node` and keeps it `unsuitable`, and sends it
+/// no client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_facts_and_an_unsuitable_node_survive_an_upgrade() {
+    let (a, b) = (Node::echo().await, Node::echo().await);
+    let (a_api, b_api) = (RestTwin::start().await, RestTwin::start().await);
+    b_api.set_coin("Bitcoin");
+    let bin = Bin::new();
+    let yaml = config(&[a.addr, b.addr], "")
+        .replace(
+            "health: { probe: connect, interval: 1s }",
+            "health: { probe: blockbook, interval: 100ms, timeout: 300ms }\n    \
+             quarantine: { base: 1h, max: 1h, failures: 3 }",
+        )
+        .replace(
+            &format!("addr: \"{}\" }}", a.addr),
+            &format!("addr: \"{}\", probe_url: \"{}\" }}", a.addr, a_api.url()),
+        )
+        .replace(
+            &format!("addr: \"{}\" }}", b.addr),
+            &format!("addr: \"{}\", probe_url: \"{}\" }}", b.addr, b_api.url()),
+        );
+    let proxy = Proxy::start_from(bin.path(), &yaml, &[]).await;
+    let before = wait_status(proxy.admin(), "n1 unsuitable, n0 healthy", T, |st| {
+        let judged = backend(st, "p", "n1")["state"] == "unsuitable"
+            && backend(st, "p", "n0")["state"] == "healthy";
+        judged.then(|| st.clone())
+    })
+    .await;
+    let n1 = backend(&before, "p", "n1").clone();
+    assert_eq!(n1["node"]["coin"], "Bitcoin", "{n1}");
+    assert_eq!(n1["quarantine"]["reason"], "unsuitable");
+
+    b_api.go_away();
+    upgrade_ok(&proxy).await;
+    let after = status(&proxy).await;
+    let m1 = backend(&after, "p", "n1");
+    assert_eq!(m1["state"], "unsuitable", "{m1}");
+    assert_eq!(m1["node"], n1["node"], "the node's facts, as told before");
+    assert_eq!(m1["quarantine"], n1["quarantine"]);
+    assert_eq!(backend(&after, "p", "n0")["node"]["coin"], "Litecoin");
+
+    let connected_before = proxy.named("connected").len();
+    for i in 0..4u8 {
+        let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
+        c.write_all(&[i]).await.unwrap();
+        let mut got = [0u8; 1];
+        c.read_exact(&mut got).await.unwrap();
+    }
+    // Their lines may trail the echo: wait for all four.
+    proxy
+        .wait_count(|e| e["message"] == "connected", connected_before + 4, T)
+        .await;
+    let connected: Vec<String> = proxy.named("connected")[connected_before..]
+        .iter()
+        .map(|e| e["backend"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(connected, vec!["n0"; 4]);
 }
