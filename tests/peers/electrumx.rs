@@ -140,6 +140,67 @@ fn a_server_on_a_node_behind_is_lagging() {
     );
 }
 
+/// One regtest ElectrumX behind two pools: `network: litecoin-regtest` (its
+/// genesis) serves wallets from it; `network: litecoin` finds it on another
+/// chain, `unsuitable`, and turns its wallets away at accept.
+#[test]
+fn a_server_of_another_chain_is_unsuitable_and_serves_no_wallet() {
+    let Some(node) = Litecoind::start(None) else {
+        return;
+    };
+    node.mine(3);
+    let Some(ex) = ElectrumX::start(&node) else {
+        return;
+    };
+    let addr = ex.tcp_addr().to_string();
+    let regtest = pool("regtest", "electrum", &[("ex", addr.clone())]);
+    let mainnet = pool("mainnet", "electrum", &[("ex", addr)])
+        .replace("network: litecoin-regtest", "network: litecoin");
+    let proxy = Proxy::start_blocking(&config(&[regtest, mainnet]));
+    let unfit = proxy.wait_event_blocking(
+        |e| probe_of("mainnet", "ex")(e) && e["outcome"] == "unsuitable",
+        T,
+    );
+    let detail = unfit["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with(
+            "genesis 530827f38f93b43ed12af0b3ad25a288dc02ed74d6d7857862df51fc56c416f9"
+        ) && detail.ends_with("is not litecoin's"),
+        "{unfit}"
+    );
+    let fit = proxy.wait_event_blocking(probe_of("regtest", "ex"), T);
+    assert_eq!(fit["outcome"], "healthy", "{fit}");
+    let on_mainnet = status_of(&proxy, "mainnet", "ex");
+    assert_eq!(on_mainnet["state"], "unsuitable", "{on_mainnet}");
+    assert_eq!(
+        on_mainnet["node"]["genesis_hash"],
+        "530827f38f93b43ed12af0b3ad25a288dc02ed74d6d7857862df51fc56c416f9"
+    );
+    assert!(
+        on_mainnet["node"]["server_version"]
+            .as_str()
+            .is_some_and(|v| v.contains("ElectrumX")),
+        "{on_mainnet}"
+    );
+
+    // A wallet through the regtest pool gets its answer; one through the
+    // mainnet pool is closed unread.
+    let ask = "{\"id\":1,\"method\":\"server.version\",\"params\":[\"t\",\"1.4\"]}\n";
+    let mut wallet = TcpStream::connect(proxy.addr("regtest")).unwrap();
+    wallet.set_read_timeout(Some(T)).unwrap();
+    wallet.write_all(ask.as_bytes()).unwrap();
+    let mut line = [0u8; 256];
+    let n = wallet.read(&mut line).unwrap();
+    assert!(String::from_utf8_lossy(&line[..n]).contains("ElectrumX"));
+    let mut turned_away = TcpStream::connect(proxy.addr("mainnet")).unwrap();
+    turned_away.set_read_timeout(Some(T)).unwrap();
+    let _ = turned_away.write_all(ask.as_bytes());
+    assert!(matches!(turned_away.read(&mut line), Ok(0) | Err(_)));
+    let rejected =
+        proxy.wait_event_blocking(|e| e["message"] == "rejected" && e["pool"] == "mainnet", T);
+    assert_eq!(rejected["reason"], "no_suitable_backend");
+}
+
 #[test]
 fn a_stopped_server_is_down() {
     let Some(node) = Litecoind::start(None) else {
