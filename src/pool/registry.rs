@@ -159,6 +159,8 @@ impl Pool {
             .map(|(b, id)| Backend::new(id, b.clone()))
             .collect();
         let sources = config.discover.iter().cloned().map(Source::new).collect();
+        // No probe has judged a backend yet: a strict pool serves nobody.
+        let unservable = node::strict(&config.health) && !config.backends.is_empty();
         Pool {
             name: config.name.clone(),
             config: ArcSwap::from_pointee(config),
@@ -175,7 +177,7 @@ impl Pool {
             rebalance_moves: AtomicU64::new(0),
             tally: Tally::default(),
             token,
-            unservable: AtomicBool::new(false),
+            unservable: AtomicBool::new(unservable),
             stopped: OnceLock::new(),
             own: Arc::default(),
             handing_over: AtomicBool::new(false),
@@ -421,6 +423,9 @@ impl Drop for Lease {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::pool::admission::Refusal;
+    use crate::pool::backend::Suitability;
+    use crate::pool::health::State;
 
     fn pool() -> Arc<Pool> {
         let yaml =
@@ -435,6 +440,73 @@ mod tests {
             started: SystemTime::now(),
             closer: Arc::new(Closer::new()),
         }
+    }
+
+    /// A strict pool (services required) of `a` and `b`, probed with
+    /// `bitcoin-p2p`.
+    fn strict_pool() -> Arc<Pool> {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    health: { probe: bitcoin-p2p, require_services: [compact_filters] }\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()))
+    }
+
+    /// A probe of `id` finding a node that announces `services`.
+    fn told(pool: &Pool, id: BackendId, services: u64) {
+        let facts = crate::pool::node::NodeFacts::p2p(services, 70016, "/Satoshi:0.21.2/", 10);
+        let requirement = node::Requirement::of(&pool.config().health, None);
+        let mut report =
+            crate::pool::report::Report::new(crate::pool::report::Verdict::Healthy, "ok")
+                .with_node(facts.clone());
+        report.unfit = node::judge(&requirement, &facts).err();
+        let epoch = pool.probing().epoch_of(id).unwrap();
+        pool.probing()
+            .apply_probe(id, &report, epoch, Instant::now());
+    }
+
+    #[test]
+    fn a_strict_pool_serves_only_from_backends_judged_suitable() {
+        const FILTERS: u64 = 1 | 1 << 3 | 1 << 6;
+        let pool = strict_pool();
+        let peer = "127.0.0.1".parse().unwrap();
+        // Nobody judged yet: refused at accept, and nothing to reserve.
+        assert_eq!(
+            pool.gate().admit_from(peer).unwrap_err(),
+            Refusal::NoSuitableBackend
+        );
+        assert!(pool.legs().reserve(1, entry(), &[]).is_none());
+        // `a` has compact filters; `b`, never judged, is as usable as far as
+        // its health goes, yet gets nothing: not least-used, not the
+        // rebalancer's target.
+        told(&pool, 0, FILTERS);
+        let _admitted = pool.gate().admit_from(peer).unwrap();
+        let leases: Vec<_> = (1..=4)
+            .map(|conn| pool.legs().reserve(conn, entry(), &[]).unwrap())
+            .collect();
+        assert!(leases.iter().all(|(_, t)| t.config.name == "a"));
+        assert_eq!(pool.rebalance().plan(), None);
+        // `b` lacks them: unsuitable, out at once.
+        told(&pool, 1, 1 | 1 << 3);
+        let snap = pool.view().snapshot();
+        let b = &snap.backends[1];
+        assert_eq!(b.state, State::Unsuitable);
+        assert_eq!(
+            b.quarantine.map(|q| q.reason),
+            Some(QuarantineReason::Unsuitable)
+        );
+        assert_eq!(
+            b.last_probe.as_ref().unwrap().detail,
+            "lacks compact_filters"
+        );
+        assert_eq!(b.suitability, Suitability::Unsuitable);
+        // `a` loses them too (restarted without the flags): nobody can serve.
+        told(&pool, 0, 1 | 1 << 3);
+        assert_eq!(
+            pool.gate().admit_from(peer).unwrap_err(),
+            Refusal::NoSuitableBackend
+        );
+        assert!(pool.legs().reserve(9, entry(), &[]).is_none());
     }
 
     #[test]
