@@ -13,6 +13,7 @@ pub mod dns;
 pub mod dnsmasq;
 pub mod electrum_liar;
 pub mod electrumx;
+pub mod haproxy;
 pub mod inproc;
 pub mod liar;
 pub mod litecoind;

@@ -140,6 +140,7 @@ fn candidates(backends: usize, conns: usize) -> Vec<Candidate> {
             last_failure: None,
             tried: false,
             refused: false,
+            unfit: false,
         })
         .collect()
 }
