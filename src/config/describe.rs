@@ -8,7 +8,8 @@ use super::span;
 
 use super::parse::{default_probe_url, open_to_others, state_file_warning};
 use super::{
-    Config, DiscoverQuery, HealthConfig, IpNet, LogFormat, Network, PoolConfig, ProbeKind,
+    BackendSource, Config, DiscoverQuery, HealthConfig, IpNet, LogFormat, Network, PoolConfig,
+    ProbeKind,
 };
 
 /// A readable, multi-line summary of the effective configuration.
@@ -72,6 +73,16 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
         nets(&pool.allow)
     };
     writeln!(out, "  allow: {allow}")?;
+    match &pool.proxy_protocol {
+        Some(pp) => writeln!(
+            out,
+            "  proxy_protocol: from {} (header within {})",
+            nets(&pp.from),
+            dur(pp.timeout)
+        )?,
+        None => writeln!(out, "  proxy_protocol: none (no PROXY header is read)")?,
+    }
+    writeln!(out, "  source: {}", source(pool.source))?;
     writeln!(
         out,
         "  connect_timeout: {}, idle_timeout: {}, max_connections: {}, per source: {}",
@@ -188,6 +199,18 @@ fn write_pool(out: &mut String, pool: &PoolConfig) -> std::fmt::Result {
     Ok(())
 }
 
+/// Where backend connections come from, and what that takes.
+fn source(source: BackendSource) -> String {
+    let why = match source {
+        BackendSource::Proxy => "the kernel chooses",
+        BackendSource::Client => {
+            "the client's own IP; needs CAP_NET_ADMIN or CAP_NET_RAW, see README \"Transparent source\""
+        }
+        BackendSource::Address(_) => "backend connections are made from it",
+    };
+    format!("{source} ({why})")
+}
+
 /// What a backend must show its probe to be given clients.
 fn requirement(h: &HealthConfig) -> String {
     let custom = "nothing (a custom network has no chain to check)".to_owned();
@@ -270,6 +293,12 @@ pub fn warnings(config: &Config) -> Vec<String> {
     }
     out.extend(state_file_warning(config));
     out.extend(config.pools.iter().filter_map(stall_warning));
+    out.extend(
+        config
+            .pools
+            .iter()
+            .filter_map(super::identity::trust_warning),
+    );
     out.extend(open_to_others(config));
     out.extend(super::lag_warnings::warnings(config));
     out

@@ -10,6 +10,7 @@
 mod describe;
 mod discover;
 pub(crate) mod files;
+mod identity;
 mod lag_warnings;
 pub(crate) mod local;
 mod parse;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 pub use describe::{describe, warnings};
 pub use discover::{DiscoverConfig, DiscoverQuery, DiscoveryConfig, Found, ProbeTemplate};
+pub use identity::{BackendSource, ProxyProtocol};
 pub use ipnet::IpNet;
 pub(crate) use parse::default_probe_url;
 pub use parse::{ConfigError, KeyGroup, keys};
@@ -89,6 +91,11 @@ pub struct PoolConfig {
     pub listen: Vec<SocketAddr>,
     /// Client allow-list; empty means every client is allowed.
     pub allow: Vec<IpNet>,
+    /// Which senders must begin with a PROXY protocol header; `None`: no
+    /// header is ever read.
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// The address backend connections are made from.
+    pub source: BackendSource,
     /// Budget for one backend TCP connect (name resolution included).
     pub connect_timeout: Duration,
     /// TCP keepalive and `TCP_USER_TIMEOUT` settings for both legs.

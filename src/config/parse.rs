@@ -7,6 +7,7 @@ mod compat;
 mod discover;
 mod error;
 mod hosts;
+mod identity;
 mod keys;
 mod locate;
 mod own;
@@ -37,9 +38,9 @@ use values::{ProbeUrl, RawBackend};
 pub(super) use writable::open_to_others;
 
 use super::{
-    AdminConfig, BackendConfig, Config, DiscoverConfig, DiscoveryConfig, HealthConfig,
-    KeepaliveConfig, LogConfig, LogFormat, Network, PoolConfig, ProbeKind, QuarantineConfig,
-    RebalanceConfig, Services, StallRule,
+    AdminConfig, BackendConfig, BackendSource, Config, DiscoverConfig, DiscoveryConfig,
+    HealthConfig, KeepaliveConfig, LogConfig, LogFormat, Network, PoolConfig, ProbeKind,
+    QuarantineConfig, RebalanceConfig, Services, StallRule,
 };
 
 // Built-in defaults: the values of the contract's example config.
@@ -54,6 +55,8 @@ const QUARANTINE_BASE: Duration = Duration::from_secs(5 * 60);
 const QUARANTINE_MAX: Duration = Duration::from_secs(30 * 60);
 const QUARANTINE_FAILURES: u32 = 3;
 const REFUSED_CLIENTS: usize = 1024;
+const PROXY_PROTOCOL_TIMEOUT: Duration = Duration::from_secs(3);
+const SOURCE: BackendSource = BackendSource::Proxy;
 const HEALTH_INTERVAL: Duration = Duration::from_secs(30);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_LAG_BLOCKS: u64 = 3;
@@ -285,8 +288,11 @@ fn loopback() -> Vec<IpNet> {
 fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConfig, Invalid> {
     // What the pool itself says about its health, before defaults fill in.
     let own_health = raw.health.clone();
+    let own_proxy_protocol = raw.proxy_protocol.clone();
     let own = RawSettings {
         allow: raw.allow,
+        proxy_protocol: raw.proxy_protocol,
+        source: raw.source,
         connect_timeout: raw.connect_timeout,
         keepalive: raw.keepalive,
         idle_timeout: raw.idle_timeout,
@@ -366,12 +372,16 @@ fn build_pool(at: &str, raw: RawPool, defaults: &RawSettings) -> Result<PoolConf
     )?;
     let (backends, discover) = build_backends(at, raw.backends, health.probe)?;
     let discovery = s.discovery.unwrap_or_default();
+    let proxy_protocol =
+        identity::proxy_protocol(at, own_proxy_protocol.as_ref(), s.proxy_protocol)?;
     Ok(PoolConfig {
         name: raw.name.0,
         listen: raw.listen.items.iter().map(|l| l.0).collect(),
         allow: s
             .allow
             .map_or_else(Vec::new, |l| l.items.iter().map(|c| c.0).collect()),
+        proxy_protocol,
+        source: s.source.map_or(SOURCE, |v| v.0),
         connect_timeout: s.connect_timeout.map_or(CONNECT_TIMEOUT, |d| d.0),
         keepalive,
         idle_timeout: s.idle_timeout.map(|d| d.0).filter(|d| !d.is_zero()),

@@ -267,3 +267,47 @@ fn changes_name_the_pools_and_backends_of_the_plan() {
     );
     assert_eq!(plan(&old, &old).changes(), Reloaded::default());
 }
+
+/// `proxy_protocol` and `source` are pool settings: a change applies to
+/// new connections; no listener is bound again for it.
+#[test]
+fn client_identity_changes_are_pool_settings() {
+    let old = config(BASE);
+    for (from, to) in [
+        (
+            "    health: { interval: 30s }\n",
+            "    health: { interval: 30s }\n    proxy_protocol: { from: 10.0.0.0/8 }\n",
+        ),
+        (
+            "    health: { interval: 30s }\n",
+            "    health: { interval: 30s }\n    source: client\n",
+        ),
+        (
+            "    health: { interval: 30s }\n",
+            "    health: { interval: 30s }\n    source: 127.0.0.2\n",
+        ),
+    ] {
+        let new = config(&edit(from, to));
+        let want = p(PoolPlan {
+            settings_changed: true,
+            ..PoolPlan::default()
+        });
+        assert_eq!(plan(&old, &new), want, "{to}");
+    }
+    // A timeout changed is a change too.
+    let with = |timeout: &str| {
+        config(&edit(
+            "    health: { interval: 30s }\n",
+            &format!(
+                "    health: {{ interval: 30s }}\n    proxy_protocol: {{ from: 10.0.0.0/8, timeout: {timeout} }}\n"
+            ),
+        ))
+    };
+    let (three, five) = (with("3s"), with("5s"));
+    assert!(
+        plan(&three, &five)
+            .kept("p")
+            .is_some_and(|p| p.settings_changed)
+    );
+    assert_eq!(plan(&three, &with("3s")), ReloadPlan::default());
+}

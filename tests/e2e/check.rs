@@ -306,3 +306,40 @@ fn a_pool_that_can_never_judge_lag_is_warned_about() {
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("lag is never judged"), "{stderr}");
 }
+
+/// `check` shows each pool's `proxy_protocol` and `source` after
+/// `defaults` are merged in, key by key.
+#[test]
+fn client_identity_is_printed_per_pool() {
+    let file = Path::new(FIXTURES).join("valid/client-identity.yaml");
+    let out = check(&file);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let pool = |name: &str| {
+        let start = stdout
+            .find(&format!("pool {name}\n"))
+            .unwrap_or_else(|| panic!("no pool {name} in:\n{stdout}"));
+        let rest = &stdout[start..];
+        rest[..rest[1..].find("\npool ").map_or(rest.len(), |end| end + 1)].to_owned()
+    };
+    let (ltc, bb) = (pool("ltc"), pool("bb"));
+    for line in [
+        "  proxy_protocol: from 10.0.0.0/8, fd00::/8 (header within 2s)",
+        "  source: client (the client's own IP; needs CAP_NET_ADMIN or CAP_NET_RAW, see README \"Transparent source\")",
+    ] {
+        assert!(ltc.contains(&format!("{line}\n")), "{line}\n{ltc}");
+    }
+    for line in [
+        "  proxy_protocol: from 192.168.0.10/32 (header within 5s)",
+        "  source: 127.0.0.1 (backend connections are made from it)",
+    ] {
+        assert!(bb.contains(&format!("{line}\n")), "{line}\n{bb}");
+    }
+    let out = check(&Path::new(FIXTURES).join("valid/minimal.yaml"));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("  proxy_protocol: none (no PROXY header is read)\n")
+            && stdout.contains("  source: proxy (the kernel chooses)\n"),
+        "{stdout}"
+    );
+}

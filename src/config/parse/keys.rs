@@ -11,9 +11,9 @@ use super::raw::{RawLogFormat, RawProbe, RawStallRule};
 use super::{
     CONNECT_TIMEOUT, DISCOVERY_HOLD, DISCOVERY_INTERVAL, DRAIN, DRAIN_SPREAD, FALL,
     HEALTH_INTERVAL, HEALTH_TIMEOUT, KEEPALIVE_COUNT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL,
-    LOG_LEVEL, MAX_CONNECTIONS, MAX_LAG_BLOCKS, MIN_IMBALANCE, NETWORK, QUARANTINE_BASE,
-    QUARANTINE_FAILURES, QUARANTINE_MAX, REBALANCE_INTERVAL, REFUSED_CLIENTS, RISE,
-    UPGRADE_TIMEOUT,
+    LOG_LEVEL, MAX_CONNECTIONS, MAX_LAG_BLOCKS, MIN_IMBALANCE, NETWORK, PROXY_PROTOCOL_TIMEOUT,
+    QUARANTINE_BASE, QUARANTINE_FAILURES, QUARANTINE_MAX, REBALANCE_INTERVAL, REFUSED_CLIENTS,
+    RISE, SOURCE, UPGRADE_TIMEOUT,
 };
 use crate::config::span;
 use crate::config::{Network, Services};
@@ -71,6 +71,9 @@ fn settings() -> Vec<(&'static str, String)> {
     let s = |d| span(d).to_string();
     vec![
         ("allow", "client CIDR allow-list; anyone may connect when absent".into()),
+        ("proxy_protocol.from", "CIDRs of the load balancers whose connections must begin with a PROXY protocol header (v1 or v2), whose address is then the client's; none when absent: no header is read".into()),
+        ("proxy_protocol.timeout", format!("how long such a sender has to send the whole header, else the connection is closed (default {})", s(PROXY_PROTOCOL_TIMEOUT))),
+        ("source", format!("the address backend connections are made from: proxy (the kernel chooses), client (the client's own IP; needs CAP_NET_ADMIN or CAP_NET_RAW) or an IP address of this host (default {SOURCE})")),
         ("connect_timeout", format!("budget of one connect to a backend, name resolution included (default {})", s(CONNECT_TIMEOUT))),
         ("keepalive.idle", format!("TCP keepalive idle time, both legs (default {})", s(KEEPALIVE_IDLE))),
         ("keepalive.interval", format!("time between keepalive probes (default {})", s(KEEPALIVE_INTERVAL))),
@@ -188,8 +191,8 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::super::raw::{
-        RawAdmin, RawDiscovery, RawFile, RawHealth, RawKeepalive, RawLog, RawPool, RawQuarantine,
-        RawRebalance, RawSettings,
+        RawAdmin, RawDiscovery, RawFile, RawHealth, RawKeepalive, RawLog, RawPool,
+        RawProxyProtocol, RawQuarantine, RawRebalance, RawSettings,
     };
     use super::super::values::LongBackend;
     use super::*;
@@ -220,6 +223,7 @@ mod tests {
     /// `outer.inner` ones.
     fn settings_nested() -> Vec<(&'static str, &'static [&'static str])> {
         vec![
+            ("proxy_protocol", Shape::of::<RawProxyProtocol>()),
             ("keepalive", Shape::of::<RawKeepalive>()),
             ("rebalance", Shape::of::<RawRebalance>()),
             ("quarantine", Shape::of::<RawQuarantine>()),
@@ -275,5 +279,7 @@ mod tests {
         assert!(line("health.probe").contains("electrum-tls"));
         assert!(line("health.interval").ends_with("(default 30s)"));
         assert!(line("quarantine.base").ends_with("(default 5m)"));
+        assert!(line("proxy_protocol.timeout").ends_with("(default 3s)"));
+        assert!(line("source").ends_with("(default proxy)"));
     }
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::discover::ResolverAddr;
 use super::hosts::AdminHost;
+use super::identity::{SourceValue, TrustedCidr};
 use super::require::RequiredServices;
 use super::values::{
     Cidr, Dur, KeepaliveCount, KeepaliveSecs, ListenAddr, MagicHex, OneOrMany, PoolName, RawBackend,
@@ -60,6 +61,8 @@ pub(super) enum RawLogFormat {
 #[serde(deny_unknown_fields, expecting = "a `defaults` mapping")]
 pub(super) struct RawSettings {
     pub(super) allow: Option<OneOrMany<Cidr>>,
+    pub(super) proxy_protocol: Option<RawProxyProtocol>,
+    pub(super) source: Option<SourceValue>,
     pub(super) connect_timeout: Option<PosDur>,
     pub(super) keepalive: Option<RawKeepalive>,
     pub(super) idle_timeout: Option<AnyDur>,
@@ -83,6 +86,8 @@ pub(super) struct RawPool {
     pub(super) listen: OneOrMany<ListenAddr>,
     pub(super) backends: Vec<RawBackend>,
     pub(super) allow: Option<OneOrMany<Cidr>>,
+    pub(super) proxy_protocol: Option<RawProxyProtocol>,
+    pub(super) source: Option<SourceValue>,
     pub(super) connect_timeout: Option<PosDur>,
     pub(super) keepalive: Option<RawKeepalive>,
     pub(super) idle_timeout: Option<AnyDur>,
@@ -92,6 +97,13 @@ pub(super) struct RawPool {
     pub(super) quarantine: Option<RawQuarantine>,
     pub(super) health: Option<RawHealth>,
     pub(super) discovery: Option<RawDiscovery>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields, expecting = "a `proxy_protocol` mapping")]
+pub(super) struct RawProxyProtocol {
+    pub(super) from: Option<OneOrMany<TrustedCidr>>,
+    pub(super) timeout: Option<PosDur>,
 }
 
 #[derive(Deserialize, Clone, Default)]
@@ -179,6 +191,8 @@ impl Merge for RawSettings {
     fn or(self, d: Self) -> Self {
         RawSettings {
             allow: self.allow.or(d.allow),
+            proxy_protocol: merge(self.proxy_protocol, d.proxy_protocol),
+            source: self.source.or(d.source),
             connect_timeout: self.connect_timeout.or(d.connect_timeout),
             keepalive: merge(self.keepalive, d.keepalive),
             idle_timeout: self.idle_timeout.or(d.idle_timeout),
@@ -190,6 +204,15 @@ impl Merge for RawSettings {
             quarantine: merge(self.quarantine, d.quarantine),
             health: merge(self.health, d.health),
             discovery: merge(self.discovery, d.discovery),
+        }
+    }
+}
+
+impl Merge for RawProxyProtocol {
+    fn or(self, d: Self) -> Self {
+        RawProxyProtocol {
+            from: self.from.or(d.from),
+            timeout: self.timeout.or(d.timeout),
         }
     }
 }

@@ -12,6 +12,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::discover::{DiscoverTarget, ResolverAddr};
 use super::hosts::AdminHost;
+use super::identity::{SourceValue, TrustedCidr};
 use super::require::ServiceItem;
 use crate::config::{ProbeTemplate, SecretUrl};
 
@@ -66,6 +67,8 @@ scalar_deserialize!(
     ResolverAddr,
     AdminHost,
     ServiceItem,
+    TrustedCidr,
+    SourceValue,
 );
 
 /// The longest duration a config value may hold.
