@@ -6,6 +6,7 @@
 //! (fuzz/). Everything else in the crate is
 //! its own.
 
+pub use crate::net::proxy_header;
 pub use crate::ops::admin::{AdminRequest, parse_request};
 pub use crate::ops::admin::{HEAD_TIMEOUT, MAX_CONNECTIONS, MAX_PER_SOURCE};
 pub use crate::ops::status::{

@@ -1,7 +1,8 @@
 //! The data path: accept a client, choose its backend through the pool,
 //! connect (with fail-over), splice bytes both ways until either side
-//! closes, and tell the pool how it ended. Also the socket options and the
-//! per-core worker runtimes the connections live on.
+//! closes, and tell the pool how it ended. Also the PROXY protocol header
+//! a trusted balancer sends first, the socket options and the per-core
+//! worker runtimes the connections live on.
 //!
 //! Layer: on `pool` and `config`. Probes and runtime use its `connect`,
 //! `sockopt` and `workers`; it never uses them.
@@ -13,6 +14,7 @@ pub mod handover;
 pub mod listener;
 pub mod own;
 pub mod pipe;
+pub mod proxy_header;
 pub mod reject_fold;
 pub mod session;
 pub mod sockopt;

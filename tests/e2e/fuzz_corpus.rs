@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 mod blockbook;
 #[path = "../../fuzz/harness/config.rs"]
 mod config;
+#[path = "../../fuzz/harness/proxy_header.rs"]
+mod proxy_header;
 #[path = "../../fuzz/harness/wire.rs"]
 mod wire;
 
@@ -76,6 +78,11 @@ fn wire_corpus() {
 #[test]
 fn blockbook_corpus() {
     check("blockbook", blockbook::run);
+}
+
+#[test]
+fn proxy_header_corpus() {
+    check("proxy_header", proxy_header::run);
 }
 
 #[path = "../../fuzz/harness/admin.rs"]
