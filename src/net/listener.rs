@@ -16,7 +16,8 @@ use tracing::{debug, info, warn};
 use crate::config::IpNet;
 use crate::net::balance::Loops;
 use crate::net::handover::HandoverQueue;
-use crate::net::reject_fold::RejectLog;
+use crate::net::proxy_in;
+use crate::net::reject_fold::{RejectLog, Rejected};
 use crate::net::session;
 use crate::net::sockopt;
 use crate::pool::admission::Refusal;
@@ -136,7 +137,23 @@ pub async fn accept_loop(
                     }
                     tuned = keepalive;
                 }
-                admit(stream, peer, &pool, &shared, slot, me);
+                let trusted = pool
+                    .config()
+                    .proxy_protocol
+                    .as_ref()
+                    .filter(|pp| pp.trusts(peer.ip()))
+                    .map(|pp| pp.timeout);
+                match trusted {
+                    None => admit(stream, Client::direct(peer), &pool, &shared, slot, me),
+                    // Its header is read in a task of its own: a slow sender
+                    // holds up nobody else.
+                    Some(timeout) => {
+                        let (pool, shared2) = (pool.clone(), shared.clone());
+                        shared.tracker.spawn(async move {
+                            proxied(stream, peer, timeout, &pool, &shared2, slot, me).await;
+                        });
+                    }
+                }
             }
             // The client gave up before we got to it: nothing to do.
             Err(e) if is_per_connection(&e) => {
@@ -159,14 +176,83 @@ pub async fn accept_loop(
     }
 }
 
-fn admit(
+/// Who a connection is from: its peer, or, behind a trusted PROXY header,
+/// the client the header names (`via`: the header's sender).
+#[derive(Debug, Clone, Copy)]
+struct Client {
+    addr: SocketAddr,
+    via: Option<SocketAddr>,
+}
+
+impl Client {
+    fn direct(peer: SocketAddr) -> Client {
+        Client {
+            addr: peer,
+            via: None,
+        }
+    }
+}
+
+impl From<Client> for Rejected {
+    fn from(c: Client) -> Rejected {
+        Rejected {
+            client: c.addr,
+            via: c.via,
+        }
+    }
+}
+
+/// A connection from a trusted source (`proxy_protocol.from`): its PROXY
+/// header names the client, within the pool's `timeout`, or it is closed
+/// (`rejected`, `reason: proxy_protocol`).
+async fn proxied(
     stream: TcpStream,
     peer: SocketAddr,
+    timeout: Duration,
     pool: &Arc<Pool>,
     shared: &Shared,
     slot: OwnedSemaphorePermit,
     me: usize,
 ) {
+    let header = tokio::select! {
+        () = pool.token.cancelled() => return,
+        h = proxy_in::read(&stream, timeout) => h,
+    };
+    match header {
+        Ok(named) => {
+            let client = Client {
+                addr: named.unwrap_or(peer),
+                via: Some(peer),
+            };
+            admit(stream, client, pool, shared, slot, me);
+        }
+        Err(err) => {
+            let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
+            debug!(pool = %pool.name, conn, client = %peer, err = %err, "proxy_header_failed");
+            let reason = Refusal::ProxyProtocol;
+            pool.gate().count_rejected(reason);
+            let (tracker, token) = (&shared.tracker, &pool.token);
+            shared.rejects.rejected(
+                &pool.name,
+                reason,
+                conn,
+                Client::direct(peer).into(),
+                tracker,
+                token,
+            );
+        }
+    }
+}
+
+fn admit(
+    stream: TcpStream,
+    client: Client,
+    pool: &Arc<Pool>,
+    shared: &Shared,
+    slot: OwnedSemaphorePermit,
+    me: usize,
+) {
+    let peer = client.addr;
     let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
     let config = pool.config();
     let reject = |reason: Refusal| {
@@ -174,7 +260,7 @@ fn admit(
         let (tracker, token) = (&shared.tracker, &pool.token);
         shared
             .rejects
-            .rejected(&pool.name, reason, conn, peer, tracker, token);
+            .rejected(&pool.name, reason, conn, client.into(), tracker, token);
     };
     if !allowed(&config.allow, peer) {
         reject(Refusal::AllowList);
@@ -184,7 +270,10 @@ fn admit(
         Ok(admission) => admission,
         Err(refusal) => return reject(refusal),
     };
-    debug!(pool = %pool.name, conn, client = %peer, "accepted");
+    debug!(
+        pool = %pool.name, conn, client = %peer, via = client.via.map(tracing::field::display),
+        "accepted"
+    );
     if let Some(other) = shared.loops.elsewhere(me) {
         // This loop is clearly busier: the client is served on `other`.
         match stream.into_std() {

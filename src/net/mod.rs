@@ -15,6 +15,7 @@ pub mod listener;
 pub mod own;
 pub mod pipe;
 pub mod proxy_header;
+pub mod proxy_in;
 pub mod reject_fold;
 pub mod session;
 pub mod sockopt;

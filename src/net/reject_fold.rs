@@ -22,6 +22,16 @@ pub struct RejectLog {
     folds: Mutex<HashMap<Key, Fold>>,
 }
 
+/// Who was refused: the client, and the PROXY header's sender it came
+/// through, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct Rejected {
+    /// The client (the header's, behind one).
+    pub client: std::net::SocketAddr,
+    /// The header's sender.
+    pub via: Option<std::net::SocketAddr>,
+}
+
 impl RejectLog {
     /// Log (or fold) one refused client. Spawns, on `tracker`, the flush
     /// that reports the folded ones once the window closes; it stops early
@@ -31,16 +41,20 @@ impl RejectLog {
         pool: &str,
         reason: Refusal,
         conn: u64,
-        client: std::net::SocketAddr,
+        who: Rejected,
         tracker: &TaskTracker,
         token: &CancellationToken,
     ) {
+        let Rejected { client, via } = who;
         let hit = self.with(pool, reason, |f| f.hit(Instant::now()));
         if hit.carried > 0 {
             summary(pool, reason, hit.carried);
         }
         if hit.show {
-            info!(pool = %pool, conn, client = %client, reason = reason.as_str(), "rejected");
+            info!(
+                pool = %pool, conn, client = %client, via = via.map(tracing::field::display),
+                reason = reason.as_str(), "rejected"
+            );
         }
         if hit.arm {
             let (log, pool, token) = (self.clone(), pool.to_owned(), token.clone());

@@ -24,15 +24,19 @@ pub enum Refusal {
     /// `min_protocol_version`, chain): closed rather than handed to a node
     /// that would make it ban the proxy.
     NoSuitableBackend,
+    /// A trusted source (`proxy_protocol.from`) sent no valid PROXY
+    /// header in time.
+    ProxyProtocol,
 }
 
 impl Refusal {
     /// Every reason.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::AllowList,
         Refusal::MaxConnections,
         Refusal::PerSource,
         Refusal::NoSuitableBackend,
+        Refusal::ProxyProtocol,
     ];
 
     /// The `reason` field.
@@ -42,6 +46,7 @@ impl Refusal {
             Refusal::MaxConnections => "max_connections",
             Refusal::PerSource => "per_source",
             Refusal::NoSuitableBackend => "no_suitable_backend",
+            Refusal::ProxyProtocol => "proxy_protocol",
         }
     }
 }

@@ -12,5 +12,6 @@ mod facts;
 mod liar;
 mod litecoind_e2e;
 mod litecoind_probe;
+mod proxy_protocol;
 mod refused;
 mod stalled;

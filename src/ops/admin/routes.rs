@@ -310,8 +310,8 @@ pub fn reserved(
                         peer.ip().to_canonical()
                     ),
                 ),
-                // The endpoint has no backends; its slots never say so.
-                Refusal::NoSuitableBackend => Fail::new(
+                // Neither is the admin endpoint's: its slots never say so.
+                Refusal::NoSuitableBackend | Refusal::ProxyProtocol => Fail::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "admin endpoint busy".to_owned(),
                 ),

@@ -1,0 +1,126 @@
+//! Behind a real HAProxy sending PROXY headers (`send-proxy-v2` and
+//! `send-proxy`): the client the header names is the client for `allow`,
+//! the per-source limit and the logs (`client`, plus `via`: HAProxy's own
+//! address); an untrusted source's `PROXY ...` bytes are its data; a
+//! trusted source that says nothing is closed after `timeout`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::haproxy::{HaProxy, Header};
+use crate::support::nodes::Node;
+use crate::support::proxy::Proxy;
+
+/// Bound on every wait.
+const T: Duration = Duration::from_secs(20);
+
+/// A client connection to `to` from the loopback address `from`.
+async fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    let ip: IpAddr = from.parse().unwrap();
+    socket.bind(SocketAddr::new(ip, 0)).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Send `bytes` and read them back from the echo node behind.
+async fn echoes(stream: &mut TcpStream, bytes: &[u8]) {
+    stream.write_all(bytes).await.unwrap();
+    let mut back = vec![0u8; bytes.len()];
+    tokio::time::timeout(T, stream.read_exact(&mut back))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(back, bytes);
+}
+
+/// True once the proxy closed `stream` (EOF or reset) without a byte.
+async fn closed_unread(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 16];
+    matches!(
+        tokio::time::timeout(T, stream.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+fn ip_of(field: &Value) -> String {
+    let addr: SocketAddr = field.as_str().unwrap().parse().unwrap();
+    addr.ip().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_the_header_names_the_client_everywhere() {
+    let node = Node::echo().await;
+    let yaml = format!(
+        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+         allow: [127.0.0.1/32, 127.0.0.2/32, 127.0.0.3/32, 127.0.0.6/32]\n    \
+         max_connections_per_source: 1\n    \
+         proxy_protocol: {{ from: [127.0.0.1/32], timeout: 500ms }}\n    \
+         backends: [\"{}\"]\n",
+        node.addr
+    );
+    let proxy = Proxy::start(&yaml).await;
+    let Some(ha) = HaProxy::start(&[(proxy.addr("p"), Header::V2), (proxy.addr("p"), Header::V1)])
+    else {
+        return;
+    };
+    for (front, allowed, other) in [(0, "127.0.0.2", "127.0.0.4"), (1, "127.0.0.3", "127.0.0.5")] {
+        let accepted_before = proxy.named("accepted").len();
+        let mut client = connect_from(allowed, ha.front(front)).await;
+        echoes(&mut client, b"through haproxy").await;
+        let accepted = proxy
+            .wait_count(|e| e["message"] == "accepted", accepted_before + 1, T)
+            .await;
+        let accepted = accepted.last().unwrap().clone();
+        assert_eq!(ip_of(&accepted["client"]), allowed, "{accepted}");
+        assert_eq!(ip_of(&accepted["via"]), "127.0.0.1", "{accepted}");
+
+        // Its address holds its one place: a second client from it is
+        // refused, by the client's address, not HAProxy's.
+        let rejected_before = proxy.named("rejected").len();
+        let mut second = connect_from(allowed, ha.front(front)).await;
+        assert!(closed_unread(&mut second).await);
+        let rejected = proxy
+            .wait_count(|e| e["message"] == "rejected", rejected_before + 1, T)
+            .await;
+        let rejected = rejected.last().unwrap().clone();
+        assert_eq!(rejected["reason"], "per_source", "{rejected}");
+        assert_eq!(ip_of(&rejected["client"]), allowed);
+        assert_eq!(ip_of(&rejected["via"]), "127.0.0.1");
+
+        // A client outside `allow` is refused, though HAProxy's own
+        // address is in it.
+        let mut outside = connect_from(other, ha.front(front)).await;
+        assert!(closed_unread(&mut outside).await);
+        let rejected = proxy
+            .wait_count(|e| e["message"] == "rejected", rejected_before + 2, T)
+            .await;
+        let rejected = rejected.last().unwrap().clone();
+        assert_eq!(rejected["reason"], "allow_list", "{rejected}");
+        assert_eq!(ip_of(&rejected["client"]), other);
+        drop(client);
+    }
+
+    // A source not in `from`: `PROXY ...` is its data, spliced as is.
+    let mut untrusted = connect_from("127.0.0.6", proxy.addr("p")).await;
+    echoes(
+        &mut untrusted,
+        b"PROXY TCP4 192.0.2.1 192.0.2.2 1111 2222\r\nhello",
+    )
+    .await;
+
+    // A trusted source that says nothing is closed after `timeout`.
+    let rejected_before = proxy.named("rejected").len();
+    let mut silent = connect_from("127.0.0.1", proxy.addr("p")).await;
+    assert!(closed_unread(&mut silent).await);
+    let rejected = proxy
+        .wait_count(|e| e["message"] == "rejected", rejected_before + 1, T)
+        .await;
+    let rejected = rejected.last().unwrap().clone();
+    assert_eq!(rejected["reason"], "proxy_protocol", "{rejected}");
+    assert_eq!(ip_of(&rejected["client"]), "127.0.0.1");
+    assert!(rejected.get("via").is_none(), "{rejected}");
+}
