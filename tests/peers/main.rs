@@ -14,3 +14,4 @@ mod litecoind_e2e;
 mod litecoind_probe;
 mod refused;
 mod stalled;
+mod suitability;
