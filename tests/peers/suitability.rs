@@ -467,3 +467,47 @@ async fn a_live_upgrade_keeps_the_judgement_and_the_clients() {
     assert_eq!(done["connections"], 3, "{done}");
     still_judged(&pool, "upgrade").await;
 }
+
+/// `kill -<sig>` of `node`'s process.
+fn signal(node: &Litecoind, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &node.pid().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {}", node.pid());
+}
+
+/// A reload that adds a requirement judges each node again at once, on
+/// what it last told: not only when its next probe answers, which a node
+/// slow to answer (here: frozen) makes late while clients keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_a_requirement_applies_it_at_once() {
+    let Some(filters) = Litecoind::start_with(None, &FILTERS) else {
+        return;
+    };
+    let Some(plain) = Litecoind::start(None) else {
+        return;
+    };
+    // plain first: between two empty nodes the choice falls to it.
+    let nodes = [("plain", plain.p2p_addr()), ("filters", filters.p2p_addr())];
+    let proxy = Proxy::start(&yaml(&nodes, "1h", "1h", "drain: true", "")).await;
+    let admin = proxy.admin();
+    judged(admin, &[("plain", "healthy"), ("filters", "healthy")]).await;
+    suitable(admin, &[("plain", 1.0), ("filters", 1.0)]).await;
+
+    signal(&plain, "STOP");
+    let needs = format!("require_services: {NEEDS}");
+    let reloaded = proxy.reload(&yaml(&nodes, "1h", "1h", &needs, "")).await;
+    assert_eq!(reloaded["message"], "reloaded", "{reloaded}");
+    // The probe the reload asks of plain waits out its timeout meanwhile:
+    // what /status says of plain is the reload's judgement.
+    let _held = clients(&proxy, "added", 2);
+    holding(admin, &[("plain", 0), ("filters", 2)]).await;
+    assert_eq!(on(&filters, "added"), 2);
+    let status = crate::support::admin_http::status(admin).await;
+    assert_unsuitable(backend(&status, "ltc", "plain"), "lacks compact_filters");
+    suitable(admin, &[("plain", 0.0), ("filters", 1.0)]).await;
+    // Thawed, it has heard from none of them.
+    signal(&plain, "CONT");
+    assert_eq!(on(&plain, "added"), 0);
+}
