@@ -17,6 +17,7 @@ use crate::pool::backend::{Backend, Suitability};
 use crate::pool::health::{Effect, Policy, ProbeOutcome, State};
 use crate::pool::lag::{self, Claim, Judgement, Own, Rule};
 use crate::pool::lag_detail;
+use crate::pool::node::{self, Requirement};
 use crate::pool::registry::{BackendId, Pool, ProbeRecord};
 use crate::pool::report::{Proof, Report, Verdict};
 use crate::pool::saved::kept;
@@ -147,6 +148,54 @@ impl Probing<'_> {
         lag::needs_proof(height, &claims(&backends.active, backend), rule)
     }
 
+    /// Judge each backend again against `req`, the pool's requirement now
+    /// (after a reload, or once records kept under another config were put
+    /// back: a state file, a live upgrade), on what its node last told.
+    /// One found unfit is out as its probe would have put it: `unsuitable`
+    /// at once, its last probe's outcome and detail saying so, drained.
+    /// One found fit again returns through its probes, as ever. Left to
+    /// the next probe, a node slow to answer would stay in selection
+    /// meanwhile under a requirement it does not meet.
+    pub fn judge_again(&self, req: &Requirement, now: Instant) {
+        let config = self.pool.config();
+        let policy = Policy::of(&config);
+        let mut backends = self.pool.backends();
+        let mut changed = false;
+        for b in &mut backends.active {
+            let Some(facts) = b.node().cloned() else {
+                continue;
+            };
+            let unfit = node::judge(req, &facts).err();
+            let suitability = match unfit {
+                Some(_) => Suitability::Unsuitable,
+                None => Suitability::Suitable,
+            };
+            if suitability == b.suitability() {
+                continue;
+            }
+            b.set_node(facts, suitability);
+            let Some(unfit) = unfit else {
+                continue;
+            };
+            // The same probe, judged by the requirement now: its time kept.
+            let at = b.last_probe().map_or_else(SystemTime::now, |p| p.at);
+            b.set_last_probe(Some(ProbeRecord {
+                at,
+                outcome: ProbeOutcome::Unsuitable,
+                detail: unfit.to_string(),
+            }));
+            let was_usable = b.health().is_usable();
+            let before = kept(b.health());
+            let effect = b.health_mut().probe(ProbeOutcome::Unsuitable, now, &policy);
+            self.pool.note(before, b.health());
+            changed |= self.pool.report(b, effect) || was_usable != b.health().is_usable();
+        }
+        self.pool.note_servable(&backends, &config);
+        if changed {
+            self.pool.drain(&mut backends, &config);
+        }
+    }
+
     /// Apply a probe `report` for `backend`, taken while its epoch was `epoch`.
     pub fn apply_probe(&self, backend: BackendId, report: &Report, epoch: u64, now: Instant) {
         let config = self.pool.config();
@@ -260,5 +309,72 @@ impl Probing<'_> {
         if changed {
             self.pool.drain(&mut backends, &config);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::pool::admission::Refusal;
+    use crate::pool::node::NodeFacts;
+    use crate::pool::snapshot::BackendSnapshot;
+
+    /// Pool `p` of one `bitcoin-p2p` backend `a` whose health has `extra`.
+    fn config(extra: &str) -> PoolConfig {
+        let yaml = format!(
+            "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+             quarantine: {{ base: 1m, max: 1h }}\n    \
+             health: {{ probe: bitcoin-p2p, network: litecoin-regtest{extra} }}\n    \
+             backends: [{{ name: a, addr: \"127.0.0.1:9\" }}]\n"
+        );
+        Config::parse(&yaml, "inline.yaml".as_ref()).unwrap().pools[0].clone()
+    }
+
+    fn a(pool: &Pool) -> BackendSnapshot {
+        pool.view().overview().backends.remove(0)
+    }
+
+    /// A reload that adds a requirement judges the node again at once on
+    /// what its last probe read; one that drops it makes it fit again,
+    /// returning through its probes.
+    #[test]
+    fn a_changed_requirement_is_applied_to_the_last_facts_at_once() {
+        let pool = Arc::new(Pool::new(config(""), CancellationToken::new()));
+        let now = Instant::now();
+        // Litecoin Core without -peerblockfilters.
+        let facts = NodeFacts::p2p(0x0100_0409, 70016, "/LitecoinCore:0.21.2.1/", 5);
+        let report = Report::new(Verdict::Healthy, "").with_node(facts);
+        let epoch = pool.probing().epoch_of(0).unwrap();
+        pool.probing().apply_probe(0, &report, epoch, now);
+        assert_eq!(a(&pool).suitability, Suitability::Suitable);
+        assert_eq!(a(&pool).state, State::Healthy);
+
+        let needs = config(", require_services: [compact_filters]");
+        let req = Requirement::of(&needs.health, None);
+        pool.reconfigure(needs);
+        pool.probing().judge_again(&req, now);
+        let b = a(&pool);
+        assert_eq!(b.suitability, Suitability::Unsuitable);
+        assert_eq!(b.state, State::Unsuitable);
+        let probe = b.last_probe.unwrap();
+        assert_eq!(probe.outcome, ProbeOutcome::Unsuitable);
+        assert_eq!(probe.detail, "lacks compact_filters");
+        let refused = pool.gate().admit_from("10.0.0.1".parse().unwrap());
+        assert_eq!(refused.unwrap_err(), Refusal::NoSuitableBackend);
+        // Judged again by the same requirement: nothing more happens.
+        pool.probing().judge_again(&req, now);
+        assert_eq!(a(&pool).strikes, 1);
+
+        let relaxed = config("");
+        let req = Requirement::of(&relaxed.health, None);
+        pool.reconfigure(relaxed);
+        pool.probing().judge_again(&req, now);
+        let b = a(&pool);
+        assert_eq!(b.suitability, Suitability::Suitable);
+        assert_eq!(b.state, State::Unsuitable, "its window still runs");
+        assert!(pool.gate().admit_from("10.0.0.1".parse().unwrap()).is_ok());
     }
 }

@@ -110,8 +110,13 @@ impl Prober {
         }
     }
 
-    /// Probe every backend of `pool`.
+    /// Probe every backend of `pool`, once its backends are judged against
+    /// its requirement now on what their nodes last told (a reload, a
+    /// state file or a live upgrade may have changed the requirement since
+    /// their probes judged them): the first probes take their time.
     pub fn watch(&self, pool: &Arc<Pool>) {
+        let req = requirement(&pool.config().health);
+        pool.probing().judge_again(&req, Instant::now());
         for (id, backend) in pool.probing().probe_targets() {
             self.subscribe(pool, id, &backend);
         }

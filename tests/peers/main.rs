@@ -15,3 +15,4 @@ mod litecoind_probe;
 mod proxy_protocol;
 mod refused;
 mod stalled;
+mod suitability;

@@ -45,6 +45,9 @@ pub struct Litecoind {
     child: Child,
     p2p: SocketAddr,
     rpc_port: u16,
+    onion_port: u16,
+    /// The `-connect=` value, for a restart.
+    connect: String,
     // Dropped after `child` is killed in `Drop::drop`.
     dir: tempfile::TempDir,
 }
@@ -128,38 +131,20 @@ impl Litecoind {
             .tempdir()
             .map_err(|e| StartError::Fatal(format!("create datadir: {e}")))?;
         let [p2p_port, rpc_port, onion_port] = free_ports();
-        let p2p = SocketAddr::from(([127, 0, 0, 1], p2p_port));
-        let stderr = File::create(dir.path().join("stderr.log"))
-            .map_err(|e| StartError::Fatal(format!("create stderr.log: {e}")))?;
         let connect = connect.map_or_else(|| "0".to_string(), |a| a.to_string());
-        // Debian's `litecoind` is a wrapper that makes `~/.litecoin` with a
-        // plain `mkdir` when it is missing: two nodes started at once from a
-        // fresh home race on it and one exits ("File exists"). Each node gets
-        // its own home, inside its own data directory.
-        let child = Command::new("litecoind")
-            .env("HOME", dir.path())
-            .arg("-regtest")
-            .arg(format!("-datadir={}", dir.path().display()))
-            .args(["-server=1", "-daemon=0", "-printtoconsole=0"])
-            .args(["-listen=1", "-discover=0", "-dnsseed=0", "-upnp=0"])
-            .args(["-listenonion=0", "-disablewallet=1", "-txindex=0"])
-            .arg(format!("-bind={p2p}"))
-            .arg(format!("-bind=127.0.0.1:{onion_port}=onion"))
-            .arg(format!("-port={p2p_port}"))
-            .arg(format!("-rpcport={rpc_port}"))
-            .args(["-rpcbind=127.0.0.1", "-rpcallowip=127.0.0.1"])
-            .arg(format!("-connect={connect}"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| StartError::Fatal(format!("spawn litecoind: {e}")))?;
+        let child = spawn(
+            dir.path(),
+            [p2p_port, rpc_port, onion_port],
+            &connect,
+            extra,
+        )?;
         // From here on, Drop kills the child whatever happens.
         let mut node = Litecoind {
             child,
-            p2p,
+            p2p: SocketAddr::from(([127, 0, 0, 1], p2p_port)),
             rpc_port,
+            onion_port,
+            connect,
             dir,
         };
         node.wait_ready()?;
@@ -193,6 +178,43 @@ impl Litecoind {
                 )));
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stop the node cleanly (RPC `stop`, so its chain is on disk for a
+    /// restart) and wait for it to exit; killed if it has not within
+    /// [`START_TIMEOUT`]. Its port then refuses connections.
+    pub fn stop(&mut self) {
+        // An error means it is stopping or gone already: the wait tells.
+        let _ = self.rpc(&["stop"]);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Start the node again (after [`Litecoind::stop`]) on the same
+    /// ports and datadir, with `extra` arguments instead of the first
+    /// start's (`-peerblockfilters=1`, say). Panics if it cannot start.
+    pub fn start_again(&mut self, extra: &[&str]) {
+        // Readiness reads this run's log only: the last one says "Bound".
+        let log = self.debug_log_path();
+        if log.exists() {
+            let old = log.with_extension("log.before");
+            fs::rename(&log, &old).unwrap_or_else(|e| panic!("rename {}: {e}", log.display()));
+        }
+        let ports = [self.p2p.port(), self.rpc_port, self.onion_port];
+        self.child = match spawn(self.dir.path(), ports, &self.connect, extra) {
+            Ok(child) => child,
+            Err(StartError::PortTaken(e) | StartError::Fatal(e)) => panic!("restart: {e}"),
+        };
+        if let Err(StartError::PortTaken(e) | StartError::Fatal(e)) = self.wait_ready() {
+            panic!("restart litecoind on {}: {e}", self.p2p);
         }
     }
 
@@ -419,6 +441,38 @@ fn handshake(
 /// [`try_peer`] that must succeed.
 pub fn peer(addr: SocketAddr, timeout: Duration) -> (TcpStream, u64) {
     try_peer(addr, timeout).unwrap_or_else(|e| panic!("handshake through {addr}: {e}"))
+}
+
+/// Start `litecoind` on regtest in `dir` with the ports `[p2p, rpc,
+/// onion]`, `-connect=<connect>` and `extra` after our arguments.
+fn spawn(dir: &Path, ports: [u16; 3], connect: &str, extra: &[&str]) -> Result<Child, StartError> {
+    let [p2p_port, rpc_port, onion_port] = ports;
+    let p2p = SocketAddr::from(([127, 0, 0, 1], p2p_port));
+    let stderr = File::create(dir.join("stderr.log"))
+        .map_err(|e| StartError::Fatal(format!("create stderr.log: {e}")))?;
+    // Debian's `litecoind` is a wrapper that makes `~/.litecoin` with a
+    // plain `mkdir` when it is missing: two nodes started at once from a
+    // fresh home race on it and one exits ("File exists"). Each node gets
+    // its own home, inside its own data directory.
+    Command::new("litecoind")
+        .env("HOME", dir)
+        .arg("-regtest")
+        .arg(format!("-datadir={}", dir.display()))
+        .args(["-server=1", "-daemon=0", "-printtoconsole=0"])
+        .args(["-listen=1", "-discover=0", "-dnsseed=0", "-upnp=0"])
+        .args(["-listenonion=0", "-disablewallet=1", "-txindex=0"])
+        .arg(format!("-bind={p2p}"))
+        .arg(format!("-bind=127.0.0.1:{onion_port}=onion"))
+        .arg(format!("-port={p2p_port}"))
+        .arg(format!("-rpcport={rpc_port}"))
+        .args(["-rpcbind=127.0.0.1", "-rpcallowip=127.0.0.1"])
+        .arg(format!("-connect={connect}"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| StartError::Fatal(format!("spawn litecoind: {e}")))
 }
 
 enum StartError {

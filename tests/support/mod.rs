@@ -18,6 +18,7 @@ pub mod inproc;
 pub mod liar;
 pub mod litecoind;
 pub mod nodes;
+pub mod p2p_client;
 pub mod proxy;
 pub mod stall;
 pub mod status_page;
