@@ -4,6 +4,7 @@
 //! address); an untrusted source's `PROXY ...` bytes are its data; a
 //! trusted source that says nothing is closed after `timeout`.
 
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::support::haproxy::{HaProxy, Header};
+use crate::support::litecoind::{self, Litecoind};
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
 
@@ -123,4 +125,66 @@ async fn behind_haproxy_the_header_names_the_client_everywhere() {
     assert_eq!(rejected["reason"], "proxy_protocol", "{rejected}");
     assert_eq!(ip_of(&rejected["client"]), "127.0.0.1");
     assert!(rejected.get("via").is_none(), "{rejected}");
+}
+
+/// The node's refusals are judged by the client the header names: garbage
+/// from one client behind HAProxy takes no node out (all of HAProxy's
+/// connections come from one address, so judged by that address, three
+/// would); the same from three clients does.
+#[test]
+fn behind_haproxy_one_clients_garbage_takes_no_node_out_three_clients_do() {
+    let Some(node) = Litecoind::start(None) else {
+        return;
+    };
+    node.mine(3);
+    let proxy = Proxy::start_blocking(&format!(
+        "pools:\n  - name: ltc\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
+         proxy_protocol: {{ from: [127.0.0.1/32] }}\n    \
+         quarantine: {{ base: 5m, failures: 3 }}\n    \
+         health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: 500ms, timeout: 2s }}\n    \
+         backends: [{{ name: a, addr: \"{}\" }}]\n",
+        node.p2p_addr()
+    ));
+    let probe = proxy.wait_event_blocking(|e| e["message"] == "probe", T);
+    assert_eq!(probe["outcome"], "healthy", "{probe}");
+    let Some(ha) = HaProxy::start(&[(proxy.addr("ltc"), Header::V2)]) else {
+        return;
+    };
+    let garbage: Vec<u8> = (0..=255).collect();
+    let send_garbage = |from: &str| {
+        let ip: IpAddr = from.parse().unwrap();
+        let mut c = litecoind::connect_from(ip, ha.front(0)).expect("connect through haproxy");
+        c.set_read_timeout(Some(T)).unwrap();
+        c.write_all(&garbage).expect("send garbage");
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "the node answered garbage: {rest:?}");
+    };
+    let client_is = |e: &Value, ip: &str| {
+        e["client"]
+            .as_str()
+            .is_some_and(|c| c == ip || c.starts_with(&format!("{ip}:")))
+    };
+    for i in 1..=6 {
+        send_garbage("127.0.0.5");
+        proxy.wait_closed_blocking(i, T, |e| {
+            client_is(e, "127.0.0.5") || e.get("suppressed").is_some()
+        });
+    }
+    assert!(
+        proxy.named("quarantined").is_empty(),
+        "one client's garbage took the node out: {:?}",
+        proxy.named("quarantined")
+    );
+    let refused = proxy.wait_event_blocking(|e| e["message"] == "refused_by_node", T);
+    assert_eq!(refused["client"], "127.0.0.5", "{refused}");
+
+    for from in ["127.0.0.6", "127.0.0.7", "127.0.0.8"] {
+        send_garbage(from);
+    }
+    let q = proxy.wait_event_blocking(|e| e["message"] == "quarantined", T);
+    assert_eq!(
+        (&q["backend"], &q["reason"]),
+        (&Value::from("a"), &Value::from("connect_failures"))
+    );
 }
