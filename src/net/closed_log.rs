@@ -27,6 +27,8 @@ pub struct Closed<'a> {
     pub conn: u64,
     /// The client's address.
     pub client: SocketAddr,
+    /// The PROXY header's sender it came through, if any.
+    pub via: Option<SocketAddr>,
     /// Bytes client to backend.
     pub bytes_up: u64,
     /// Bytes backend to client.
@@ -77,13 +79,14 @@ pub fn closed(pool: &Pool, c: Closed<'_>) {
     }
     let duration_ms = c.duration.as_millis() as u64;
     let (conn, client, up, down, err) = (c.conn, c.client, c.bytes_up, c.bytes_down, c.err);
+    let via = c.via.map(tracing::field::display);
     match c.backend {
         Some(backend) => info!(
-            pool = %pool.name, backend = %backend, conn, client = %client,
+            pool = %pool.name, backend = %backend, conn, client = %client, via,
             bytes_up = up, bytes_down = down, duration_ms, reason, err, "closed"
         ),
         None => info!(
-            pool = %pool.name, conn, client = %client,
+            pool = %pool.name, conn, client = %client, via,
             bytes_up = up, bytes_down = down, duration_ms, reason, err, "closed"
         ),
     }

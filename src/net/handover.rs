@@ -39,6 +39,9 @@ pub struct ConnMeta {
     pub addr: String,
     /// The client's address.
     pub peer: SocketAddr,
+    /// The PROXY header's sender it came through, if any.
+    #[serde(default)]
+    pub via: Option<SocketAddr>,
     /// When the client was accepted (wall clock).
     pub started: SystemTime,
     /// Where the splice stood.

@@ -274,6 +274,7 @@ fn admit(
         pool = %pool.name, conn, client = %peer, via = client.via.map(tracing::field::display),
         "accepted"
     );
+    let via = client.via.map(Box::new);
     if let Some(other) = shared.loops.elsewhere(me) {
         // This loop is clearly busier: the client is served on `other`.
         match stream.into_std() {
@@ -282,6 +283,7 @@ fn admit(
                     pool.clone(),
                     client,
                     peer,
+                    via,
                     conn,
                     (admission, slot),
                     shared.handovers.clone(),
@@ -299,6 +301,7 @@ fn admit(
         pool.clone(),
         stream,
         peer,
+        via,
         conn,
         (admission, slot),
         shared.handovers.clone(),

@@ -32,6 +32,7 @@ pub fn serve(
     pool: Arc<Pool>,
     client: TcpStream,
     peer: SocketAddr,
+    via: Via,
     conn: ConnId,
     // Held for the connection's life: its place under `max_connections` and
     // in the process's descriptor budget.
@@ -45,11 +46,18 @@ pub fn serve(
     async move {
         // Taken apart inside the statement, so no whole `Leg` stays in the
         // frame across the splice.
-        let (lease, target, backend, idle_timeout) =
-            match Box::pin(open(&pool, conn, peer, &closer, started)).await {
-                Some(leg) => (leg.lease, leg.target, leg.backend, leg.idle_timeout),
-                None => return,
-            };
+        let (lease, target, backend, idle_timeout) = match Box::pin(open(
+            &pool,
+            conn,
+            (peer, via.as_deref().copied()),
+            &closer,
+            started,
+        ))
+        .await
+        {
+            Some(leg) => (leg.lease, leg.target, leg.backend, leg.idle_timeout),
+            None => return,
+        };
         let mut spliced = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer);
         let out = (&mut spliced).await;
         let handed = (out.reason == CloseReason::Handover).then(|| spliced.hand_over());
@@ -58,6 +66,7 @@ pub fn serve(
             target: &target,
             conn,
             peer,
+            via: via.as_deref().copied(),
             started,
         };
         ends.finish(
@@ -70,6 +79,10 @@ pub fn serve(
     }
 }
 
+/// The PROXY header's sender a client came through: boxed, so a direct
+/// client's task (most are) carries one pointer, never an address.
+pub type Via = Option<Box<SocketAddr>>;
+
 /// As [`serve`], for a client another worker accepted and passed on (its
 /// loop was the busier, `net::balance`): registered with this worker's
 /// loop first. Only such clients pay for the larger task.
@@ -77,12 +90,13 @@ pub async fn serve_moved(
     pool: Arc<Pool>,
     client: std::net::TcpStream,
     peer: SocketAddr,
+    via: Via,
     conn: ConnId,
     admission: (Admission, OwnedSemaphorePermit),
     handovers: HandoverQueue,
 ) {
     match TcpStream::from_std(client) {
-        Ok(client) => serve(pool, client, peer, conn, admission, handovers).await,
+        Ok(client) => serve(pool, client, peer, via, conn, admission, handovers).await,
         Err(err) => {
             warn!(pool = %pool.name, conn, client = %peer, err = %err, "handoff_failed");
         }
@@ -110,6 +124,7 @@ pub fn resume(
         backend: name,
         addr,
         peer,
+        via,
         started: wall,
         splice: state,
         ..
@@ -161,6 +176,7 @@ pub fn resume(
             target: &target,
             conn,
             peer,
+            via,
             started,
         };
         ends.finish(
@@ -179,6 +195,7 @@ struct Ends<'a> {
     target: &'a Target,
     conn: ConnId,
     peer: SocketAddr,
+    via: Option<SocketAddr>,
     started: Instant,
 }
 
@@ -200,6 +217,7 @@ impl Ends<'_> {
             target,
             conn,
             peer,
+            via,
             started,
         } = *self;
         if let Some(state) = handed {
@@ -221,6 +239,7 @@ impl Ends<'_> {
             backend: Some(&target.config.name),
             conn,
             client: peer,
+            via,
             bytes_up: out.bytes_up,
             bytes_down: out.bytes_down,
             duration: started.elapsed(),
@@ -246,6 +265,7 @@ impl Ends<'_> {
                 backend: self.target.config.name.clone(),
                 addr: self.target.config.addr.clone(),
                 peer: self.peer,
+                via: self.via,
                 started: SystemTime::now()
                     .checked_sub(age)
                     .unwrap_or(SystemTime::UNIX_EPOCH),
@@ -294,7 +314,7 @@ struct Leg {
 async fn open(
     pool: &Arc<Pool>,
     conn: ConnId,
-    peer: SocketAddr,
+    (peer, via): (SocketAddr, Option<SocketAddr>),
     closer: &Arc<Closer>,
     started: Instant,
 ) -> Option<Leg> {
@@ -313,6 +333,7 @@ async fn open(
                     backend: None,
                     conn,
                     client: peer,
+                    via,
                     bytes_up: 0,
                     bytes_down: 0,
                     duration: started.elapsed(),

@@ -104,6 +104,18 @@ async fn behind_haproxy_the_header_names_the_client_everywhere() {
         assert_eq!(rejected["reason"], "allow_list", "{rejected}");
         assert_eq!(ip_of(&rejected["client"]), other);
         drop(client);
+        let closed = proxy
+            .wait_event(
+                |e| {
+                    e["message"] == "closed"
+                        && e["client"]
+                            .as_str()
+                            .is_some_and(|c| c.starts_with(&format!("{allowed}:")))
+                },
+                T,
+            )
+            .await;
+        assert_eq!(ip_of(&closed["via"]), "127.0.0.1", "{closed}");
     }
 
     // A source not in `from`: `PROXY ...` is its data, spliced as is.

@@ -179,6 +179,7 @@ mod tests {
             backend: "a".into(),
             addr: "127.0.0.1:9".into(),
             peer: "127.0.0.1:5000".parse().unwrap(),
+            via: Some("10.0.0.1:40000".parse().unwrap()),
             started: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
             splice,
         };
