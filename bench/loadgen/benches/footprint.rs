@@ -46,6 +46,7 @@ async fn main() -> anyhow::Result<()> {
         pool.clone(),
         accepted,
         peer,
+        None,
         1,
         (admission, slot),
         pin_proxy::net::handover::HandoverQueue::default(),
