@@ -98,6 +98,19 @@ pub(super) fn trust_warning(pool: &PoolConfig) -> Option<String> {
     ))
 }
 
+/// A pool whose `source` is not `proxy`: this version parses and checks it
+/// but does not bind backend connections to it yet; say so rather than let
+/// an operator believe the nodes see their clients.
+pub(super) fn source_warning(pool: &PoolConfig) -> Option<String> {
+    (pool.source != BackendSource::Proxy).then(|| {
+        format!(
+            "pool {}: source {} is not applied by this version yet: backend connections are \
+             made from the proxy's own address",
+            pool.name, pool.source
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,17 +148,4 @@ mod tests {
         assert!(!BackendSource::Address(ip("10.0.0.1")).is_transparent());
         assert_eq!(BackendSource::Address(ip("::1")).to_string(), "::1");
     }
-}
-
-/// A pool whose `source` is not `proxy`: this version parses and checks it
-/// but does not bind backend connections to it yet; say so rather than let
-/// an operator believe the nodes see their clients.
-pub(super) fn source_warning(pool: &PoolConfig) -> Option<String> {
-    (pool.source != BackendSource::Proxy).then(|| {
-        format!(
-            "pool {}: source {} is not applied by this version yet: backend connections are \
-             made from the proxy's own address",
-            pool.name, pool.source
-        )
-    })
 }
