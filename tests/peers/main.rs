@@ -16,3 +16,4 @@ mod proxy_protocol;
 mod refused;
 mod stalled;
 mod suitability;
+mod transparent;
