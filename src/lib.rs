@@ -56,6 +56,7 @@ pub use runtime::{limits, logging};
 use std::future::Future;
 
 pub use net::listener::BindError;
+pub use net::source::SourceError;
 pub use runtime::server::{Server, Takeover};
 
 /// Bind and serve `config` until `shutdown` resolves.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use pin_proxy::BindError;
 use pin_proxy::Control;
+use pin_proxy::SourceError;
 use pin_proxy::admin_cli;
 use pin_proxy::config::{self, Config};
 use tokio::signal::unix::{SignalKind, signal};
@@ -260,10 +261,14 @@ fn load_and(path: PathBuf, check: bool) -> ExitCode {
     }
     let result = run(config, path);
     if let Err(err) = &result
-        && err
+        && (err
             .chain()
             .filter_map(|e| e.downcast_ref::<BindError>())
             .any(BindError::is_lasting)
+            || err
+                .chain()
+                .filter_map(|e| e.downcast_ref::<SourceError>())
+                .any(SourceError::is_lasting))
     {
         eprintln!("error: {err:#}");
         return ExitCode::from(EXIT_BIND);

@@ -153,8 +153,9 @@ fn exit_status(roff: &mut Roff) {
         (
             EXIT_BIND,
             "run: a listen address is in use, or its port needs a privilege the \
-             process lacks. The unit does not restart on 2 or 3 \
-             (RestartPreventExitStatus=2 3).",
+             process lacks, or a pool's source: client needs CAP_NET_ADMIN or \
+             CAP_NET_RAW, which the process lacks. The unit does not restart on 2 \
+             or 3 (RestartPreventExitStatus=2 3).",
         ),
     ];
     for (code, text) in codes {

@@ -299,12 +299,6 @@ pub fn warnings(config: &Config) -> Vec<String> {
             .iter()
             .filter_map(super::identity::trust_warning),
     );
-    out.extend(
-        config
-            .pools
-            .iter()
-            .filter_map(super::identity::source_warning),
-    );
     out.extend(open_to_others(config));
     out.extend(super::lag_warnings::warnings(config));
     out

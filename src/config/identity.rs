@@ -98,19 +98,6 @@ pub(super) fn trust_warning(pool: &PoolConfig) -> Option<String> {
     ))
 }
 
-/// A pool whose `source` is not `proxy`: this version parses and checks it
-/// but does not bind backend connections to it yet; say so rather than let
-/// an operator believe the nodes see their clients.
-pub(super) fn source_warning(pool: &PoolConfig) -> Option<String> {
-    (pool.source != BackendSource::Proxy).then(|| {
-        format!(
-            "pool {}: source {} is not applied by this version yet: backend connections are \
-             made from the proxy's own address",
-            pool.name, pool.source
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::net::source::Origin;
 use crate::pool::own::OwnListeners;
 
 /// Why a backend connect failed.
@@ -42,6 +43,17 @@ pub enum ConnectError {
         /// Our listener it would reach.
         to: SocketAddr,
     },
+    /// The local end could not be set up as `source` asks (the
+    /// capability, the address): this host's matter, not the backend's.
+    #[error("connect to {addr} from {from}: {source}")]
+    Source {
+        /// The backend address.
+        addr: String,
+        /// The address it would have been made from.
+        from: std::net::IpAddr,
+        /// The kernel's answer.
+        source: io::Error,
+    },
     /// The budget ran out.
     #[error("connect to {addr}: timed out after {timeout:?}")]
     Timeout {
@@ -62,6 +74,8 @@ pub enum FailKind {
     Refused,
     /// This process ran out of descriptors, memory or local ports.
     LocalResources,
+    /// The local end `source` asks for could not be set up.
+    Source,
     /// Another error of the connect.
     Error,
     /// No answer within the connect timeout.
@@ -77,6 +91,7 @@ impl FailKind {
             FailKind::Resolve => "resolve",
             FailKind::Refused => "refused",
             FailKind::LocalResources => "local_resources",
+            FailKind::Source => "source",
             FailKind::Error => "error",
             FailKind::Timeout => "timeout",
             FailKind::SelfLoop => "self_loop",
@@ -97,17 +112,20 @@ impl ConnectError {
             ConnectError::Connect { .. } if self.is_local() => FailKind::LocalResources,
             ConnectError::Connect { .. } => FailKind::Error,
             ConnectError::Timeout { .. } => FailKind::Timeout,
+            ConnectError::Source { .. } => FailKind::Source,
             ConnectError::SelfLoop { .. } => FailKind::SelfLoop,
         }
     }
 }
 
 impl ConnectError {
-    /// This process ran out of descriptors or memory: says nothing about
-    /// the backend.
+    /// This process ran out of descriptors or memory, or cannot connect
+    /// from its `source`: says nothing about the backend.
     pub fn is_local(&self) -> bool {
-        let ConnectError::Connect { source, .. } = self else {
-            return false;
+        let source = match self {
+            ConnectError::Connect { source, .. } => source,
+            ConnectError::Source { .. } => return true,
+            _ => return false,
         };
         // ADDRNOTAVAIL: out of ephemeral ports, another local resource.
         let local = [
@@ -135,28 +153,42 @@ impl ConnectError {
 /// # Errors
 /// A [`ConnectError`] saying which step failed.
 pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, ConnectError> {
-    dial(addr, timeout, None).await
+    dial(addr, timeout, None, Origin::Proxy)
+        .await
+        .map(|c| c.stream)
 }
 
-/// As [`connect`], never dialling one of `own` listeners: an address that
-/// would reach one is skipped, and when no other address connects the
-/// error is [`ConnectError::SelfLoop`].
+/// A backend connection made for a client.
+#[derive(Debug)]
+pub struct Connected {
+    /// The connected socket.
+    pub stream: TcpStream,
+    /// It was made from the proxy's own address, not the origin asked
+    /// for: the client and the backend are of different address families.
+    pub fell_back: bool,
+}
+
+/// As [`connect`], from `origin`, never dialling one of `own` listeners:
+/// an address that would reach one is skipped, and when no other address
+/// connects the error is [`ConnectError::SelfLoop`].
 ///
 /// # Errors
 /// A [`ConnectError`] saying which step failed.
-pub async fn connect_avoiding(
+pub async fn connect_from(
     addr: &str,
     timeout: Duration,
     own: &OwnListeners,
-) -> Result<TcpStream, ConnectError> {
-    dial(addr, timeout, Some(own)).await
+    origin: Origin,
+) -> Result<Connected, ConnectError> {
+    dial(addr, timeout, Some(own), origin).await
 }
 
 async fn dial(
     addr: &str,
     timeout: Duration,
     own: Option<&OwnListeners>,
-) -> Result<TcpStream, ConnectError> {
+    origin: Origin,
+) -> Result<Connected, ConnectError> {
     let deadline = Instant::now() + timeout;
     let timed_out = || ConnectError::Timeout {
         addr: addr.to_owned(),
@@ -177,8 +209,15 @@ async fn dial(
             ours = Some(to);
             continue;
         }
-        match connect_addr(sa, deadline).await {
-            Ok(stream) => return Ok(stream),
+        match connect_addr(sa, deadline, origin).await {
+            Ok(connected) => return Ok(connected),
+            Err(AddrFailure::Source(source)) => {
+                return Err(ConnectError::Source {
+                    addr: addr.to_owned(),
+                    from: origin.bind_for(sa).ok().flatten().unwrap_or(sa.ip()),
+                    source,
+                });
+            }
             Err(AddrFailure::Failed(e)) => last = Some(e),
             Err(AddrFailure::TimedOut) => return Err(timed_out()),
         }
@@ -204,6 +243,8 @@ async fn dial(
 /// How connecting to one address ended, short of success.
 enum AddrFailure {
     Failed(io::Error),
+    /// Setting up the local end failed.
+    Source(io::Error),
     TimedOut,
 }
 
@@ -219,12 +260,17 @@ impl From<io::Error> for AddrFailure {
 /// neither error nor hang-up), as HAProxy does; `SO_ERROR` is fetched only
 /// when the event says the connect failed. That saves a syscall per
 /// backend leg.
-async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, AddrFailure> {
+async fn connect_addr(
+    sa: SocketAddr,
+    deadline: Instant,
+    origin: Origin,
+) -> Result<Connected, AddrFailure> {
     let socket = Socket::new(
         Domain::for_address(sa),
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
+    let fell_back = !origin.prepare(&socket, sa).map_err(AddrFailure::Source)?;
     match socket.connect(&sa.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(Errno::INPROGRESS.raw_os_error()) => {}
@@ -241,7 +287,7 @@ async fn connect_addr(sa: SocketAddr, deadline: Instant) -> Result<TcpStream, Ad
     {
         return Err(AddrFailure::Failed(e));
     }
-    Ok(stream)
+    Ok(Connected { stream, fell_back })
 }
 
 #[cfg(test)]

@@ -19,5 +19,6 @@ pub mod proxy_in;
 pub mod reject_fold;
 pub mod session;
 pub mod sockopt;
+pub mod source;
 pub mod splice;
 pub mod workers;

@@ -12,9 +12,10 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::net::closed_log::{self, Closed};
-use crate::net::connect::{self, ConnectError};
+use crate::net::connect::{self, ConnectError, Connected};
 use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue};
 use crate::net::sockopt;
+use crate::net::source::Origin;
 use crate::net::splice;
 use crate::net::splice::SpliceState;
 use crate::pool::admission::Admission;
@@ -224,7 +225,10 @@ impl Ends<'_> {
             match self.hand_over(state, sockets, handovers) {
                 Ok(()) => return drop(held),
                 Err(err) => {
-                    warn!(pool = %pool.name, conn, client = %peer, err = err.as_str(), "handover_missed");
+                    warn!(
+                        pool = %pool.name, conn, client = %peer,
+                        via = via.map(tracing::field::display), err = err.as_str(), "handover_missed"
+                    );
                 }
             }
             judge_ending(pool, target, &out, started, peer);
@@ -325,7 +329,7 @@ async fn open(
         closer: closer.clone(),
     };
     let (lease, target, backend) =
-        match connect_some(pool, conn, peer, &entry, config.connect_timeout).await {
+        match connect_some(pool, conn, (peer, via), &entry, config.connect_timeout).await {
             Ok(leg) => leg,
             Err(reason) => {
                 pool.legs().count_closed(None, reason);
@@ -363,11 +367,12 @@ async fn open(
 async fn connect_some(
     pool: &Arc<Pool>,
     conn: ConnId,
-    peer: SocketAddr,
+    (peer, via): (SocketAddr, Option<SocketAddr>),
     entry: &ConnEntry,
     timeout: Duration,
 ) -> Result<(Lease, Target, TcpStream), CloseReason> {
     let mut tried: Vec<BackendId> = Vec::new();
+    let origin = Origin::of(pool.config().source, peer.ip());
     loop {
         let (lease, target) = pool
             .legs()
@@ -376,17 +381,23 @@ async fn connect_some(
         tried.push(target.id);
         let attempt = Instant::now();
         let result = tokio::select! {
-            r = connect::connect_avoiding(&target.config.addr, timeout, pool.own()) => r,
+            r = connect::connect_from(&target.config.addr, timeout, pool.own(), origin) => r,
             () = entry.closer.closed() => return Err(entry.closer.reason()),
         };
         match result {
-            Ok(stream) => {
+            Ok(Connected { stream, fell_back }) => {
+                if fell_back {
+                    source_fallback(pool, &target, conn, peer);
+                }
                 if pool
                     .legs()
                     .splice_if_wanted(target.id, target.usable, &entry.closer)
                 {
                     pool.legs().record_connect(target.id, attempt, true);
-                    debug!(pool = %pool.name, backend = %target.config.name, conn, client = %peer, "connected");
+                    debug!(
+                        pool = %pool.name, backend = %target.config.name, conn, client = %peer,
+                        via = via.map(tracing::field::display), "connected"
+                    );
                     return Ok((lease, target, stream));
                 }
                 // The backend went bad while we connected and a good one
@@ -398,21 +409,45 @@ async fn connect_some(
                 pool.legs().record_self_loop(target.id, to);
             }
             Err(err) if err.is_local() => {
-                log_failure(pool, &target, conn, peer, &err);
+                log_failure(pool, &target, conn, (peer, via), &err);
                 return Err(CloseReason::LocalResources);
             }
             Err(err) => {
                 drop(lease);
                 pool.legs().record_connect(target.id, attempt, false);
-                log_failure(pool, &target, conn, peer, &err);
+                log_failure(pool, &target, conn, (peer, via), &err);
             }
         }
     }
 }
 
-fn log_failure(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr, err: &ConnectError) {
+fn log_failure(
+    pool: &Pool,
+    target: &Target,
+    conn: ConnId,
+    (peer, via): (SocketAddr, Option<SocketAddr>),
+    err: &ConnectError,
+) {
     warn!(
         pool = %pool.name, backend = %target.config.name, conn, client = %peer,
+        via = via.map(tracing::field::display),
         reason = err.kind().as_str(), err = err.to_string().as_str(), "connect_failed"
     );
+}
+
+/// The client and the backend are of different address families, so the
+/// connection was made from the proxy's own address: counted, and logged
+/// at the backend's 1st, 2nd, 4th, 8th ... such connection.
+fn source_fallback(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr) {
+    let count = target
+        .stats
+        .source_fallbacks
+        .fetch_add(1, Ordering::Relaxed)
+        + 1;
+    if count.is_power_of_two() {
+        info!(
+            pool = %pool.name, backend = %target.config.name, conn, client = %peer,
+            source = %pool.config().source, count, "source_fallback"
+        );
+    }
 }

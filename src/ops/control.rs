@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::config::ConfigError;
 use crate::net::listener::BindError;
+use crate::net::source::SourceError;
 use crate::ops::status::Status;
 use crate::pool::registry::Pool;
 
@@ -75,6 +76,10 @@ pub enum ReloadError {
     /// ends with the OS error, so it is shown here, not chained as a source.
     #[error("{0}: {io}", io = .0.source)]
     Bind(BindError),
+    /// A pool's `source` cannot be used by this process (the capability
+    /// `source: client` needs, an address not on the host).
+    #[error(transparent)]
+    Source(SourceError),
     /// The server is stopping and applies no more reloads.
     #[error("server is shutting down")]
     ShuttingDown,

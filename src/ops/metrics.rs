@@ -92,6 +92,8 @@ struct Families {
     active: Family<BackendLabels, Gauge>,
     connections: Family<BackendLabels, Counter>,
     connect_failures: Family<BackendLabels, Counter>,
+    refused_by_node: Family<BackendLabels, Counter>,
+    source_fallbacks: Family<BackendLabels, Counter>,
     bytes: Family<BytesLabels, Counter>,
     usable: Family<BackendLabels, Gauge>,
     suitable: Family<BackendLabels, Gauge>,
@@ -127,6 +129,16 @@ impl Families {
             "pin_proxy_connect_failures",
             "Failed backend connects from client traffic since start",
             self.connect_failures,
+        );
+        r.register(
+            "pin_proxy_refused_by_node",
+            "Client connections the backend closed at once, before a byte, since start (its refusals of clients)",
+            self.refused_by_node,
+        );
+        r.register(
+            "pin_proxy_source_fallbacks",
+            "Client connections made from the proxy's own address instead of source, the client's address family not being the backend's",
+            self.source_fallbacks,
         );
         r.register(
             "pin_proxy_bytes",
@@ -328,6 +340,10 @@ fn add(f: &Families, pool: &PoolSnapshot, b: &BackendSnapshot) {
     f.connect_failures
         .get_or_create(l)
         .inc_by(c.connect_failures_total);
+    f.refused_by_node.get_or_create(l).inc_by(c.refused_by_node);
+    f.source_fallbacks
+        .get_or_create(l)
+        .inc_by(c.source_fallbacks);
     for (direction, n) in [("up", c.bytes_up), ("down", c.bytes_down)] {
         let labels = BytesLabels {
             pool: l.pool.clone(),
@@ -392,6 +408,8 @@ mod tests {
         for name in [
             "pin_proxy_connections_total{",
             "pin_proxy_connect_failures_total{",
+            "pin_proxy_refused_by_node_total{",
+            "pin_proxy_source_fallbacks_total{",
             "pin_proxy_bytes_total{",
             "pin_proxy_probes_total{",
             "pin_proxy_quarantines_total{",

@@ -108,6 +108,14 @@ pub struct BackendStatus {
     pub bytes_up: u64,
     /// Bytes backend → client since start.
     pub bytes_down: u64,
+    /// Client connections it closed at once, before a byte, since start:
+    /// its refusals of clients (`refused_by_node`).
+    #[serde(default)]
+    pub refused_by_node: u64,
+    /// Client connections made from the proxy's own address because the
+    /// client's address family is not the backend's (`source_fallback`).
+    #[serde(default)]
+    pub source_fallbacks: u64,
     /// What the node told its probe: services (hex and names), protocol
     /// and user agent (`bitcoin-p2p`), server version and genesis
     /// (`electrum*`), coin and version (`blockbook`). Left out until a
@@ -192,6 +200,8 @@ impl From<&BackendSnapshot> for BackendStatus {
             }),
             bytes_up: b.counters.bytes_up,
             bytes_down: b.counters.bytes_down,
+            refused_by_node: b.counters.refused_by_node,
+            source_fallbacks: b.counters.source_fallbacks,
             node: b.node.clone(),
         }
     }

@@ -113,6 +113,8 @@ impl Upgrade<'_> {
             add(&s.connect_failures_total, n.connect_failures_total);
             add(&s.bytes_up, n.bytes_up);
             add(&s.bytes_down, n.bytes_down);
+            add(&s.refused_by_node, n.refused_by_node);
+            add(&s.source_fallbacks, n.source_fallbacks);
             for o in ProbeOutcome::ALL {
                 add(&s.probes[o.index()], n.probe_count(o));
             }

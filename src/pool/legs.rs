@@ -158,9 +158,11 @@ impl Legs<'_> {
         let count = m
             .refused
             .record(source, backend, Instant::now(), q.base, q.refused_clients);
-        if let Some(b) = m.active.iter().find(|b| b.id() == backend)
-            && count.is_power_of_two()
-        {
+        let Some(b) = m.active.iter().find(|b| b.id() == backend) else {
+            return;
+        };
+        b.stats().refused_by_node.fetch_add(1, Ordering::Relaxed);
+        if count.is_power_of_two() {
             info!(
                 pool = %self.pool.name, backend = %b.config().name, client = %client, count,
                 "refused_by_node"

@@ -69,6 +69,12 @@ pub struct BackendStats {
     pub quarantines: [AtomicU64; QuarantineReason::ALL.len()],
     /// Connections that ended, by reason, at [`CloseReason::index`].
     pub closed: [AtomicU64; CloseReason::ALL.len()],
+    /// Client connections it closed at once, before a byte: its refusals
+    /// of clients (`refused_by_node`).
+    pub refused_by_node: AtomicU64,
+    /// Client connections made from the proxy's own address because the
+    /// client's family is not the backend's (`source_fallback`).
+    pub source_fallbacks: AtomicU64,
 }
 
 /// The last probe of a backend, as `/status` shows it.

@@ -130,6 +130,13 @@ pub struct Counters {
     pub probes: BTreeMap<ProbeOutcome, u64>,
     /// Quarantines, one entry per reason (zeros included).
     pub quarantines: BTreeMap<QuarantineReason, u64>,
+    /// Client connections it closed at once, before a byte.
+    #[serde(default)]
+    pub refused_by_node: u64,
+    /// Client connections made from the proxy's own address instead of
+    /// `source` (another address family).
+    #[serde(default)]
+    pub source_fallbacks: u64,
 }
 
 impl Counters {
@@ -158,6 +165,8 @@ impl Counters {
                 .iter()
                 .map(|&r| (r, load(&stats.quarantines[r.index()])))
                 .collect(),
+            refused_by_node: load(&stats.refused_by_node),
+            source_fallbacks: load(&stats.source_fallbacks),
         }
     }
 }

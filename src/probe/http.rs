@@ -275,6 +275,8 @@ fn node_detail(err: &ConnectError) -> String {
         }
         ConnectError::Connect { source, .. } => format!("connect failed: {source}"),
         ConnectError::SelfLoop { .. } => "a listener of this proxy".into(),
+        // Probes connect from the proxy's own address: never seen.
+        ConnectError::Source { source, .. } => format!("local address: {source}"),
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tracing::debug;
 
 use crate::net::connect;
+use crate::net::source::Origin;
 use crate::pool::registry::Pool;
 
 /// How often a disabled rebalancer checks whether a reload enabled it.
@@ -35,9 +36,10 @@ pub async fn tick(pool: &Pool) {
         return;
     };
     let timeout = pool.config().connect_timeout;
-    match connect::connect_avoiding(&m.to_addr, timeout, pool.own()).await {
+    // From the proxy's own address, as a probe: it is no client's.
+    match connect::connect_from(&m.to_addr, timeout, pool.own(), Origin::Proxy).await {
         // The test connection only proves the node answers; it carries nothing.
-        Ok(stream) => drop(stream),
+        Ok(connected) => drop(connected),
         Err(err) => {
             debug!(pool = %pool.name, to = %m.to_addr, err = err.to_string().as_str(), "rebalance_skipped");
             return;

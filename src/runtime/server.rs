@@ -25,6 +25,7 @@ use crate::net::closed_log;
 use crate::net::handover::HandoverQueue;
 use crate::net::listener::{self, BindError};
 use crate::net::sockopt;
+use crate::net::source;
 use crate::net::workers::Workers;
 use crate::ops::admin;
 use crate::ops::control::{Budget, Control, ReloadError, ReloadRequest, Reloaded, UpgradeRequest};
@@ -129,6 +130,7 @@ impl Server {
         generation: u64,
         next_conn: u64,
     ) -> anyhow::Result<Server> {
+        source::check(&config)?;
         let root = CancellationToken::new();
         let workers = Workers::per_core().context("start the data workers")?;
         let own = OwnListeners::new();
@@ -383,6 +385,7 @@ impl Server {
     fn try_reload(&mut self, prober: &Prober) -> Result<Reloaded, ReloadError> {
         let path = self.path.clone().ok_or(ReloadError::NoConfigFile)?;
         let new = Config::load(&path)?;
+        source::check(&new).map_err(ReloadError::Source)?;
         let (old, wanted) = reload::in_bound_terms(&self.config, &new, |name| {
             let run = self.pools.iter().find(|p| p.pool.name == name)?;
             Some(run.listens.iter().map(Listen::bound).collect())

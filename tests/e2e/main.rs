@@ -30,6 +30,7 @@ mod reload;
 mod reload_changes;
 mod secrets;
 mod self_loop;
+mod source;
 mod splice;
 mod spread;
 mod stall;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::support::admin_http::{self, Kind, admin_addr};
 use crate::support::haproxy::{HaProxy, Header};
 use crate::support::litecoind::{self, Litecoind};
 use crate::support::nodes::Node;
@@ -150,8 +151,8 @@ fn behind_haproxy_one_clients_garbage_takes_no_node_out_three_clients_do() {
     };
     node.mine(3);
     let proxy = Proxy::start_blocking(&format!(
-        "pools:\n  - name: ltc\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
-         proxy_protocol: {{ from: [127.0.0.1/32] }}\n    \
+        "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  - name: ltc\n    listen: 127.0.0.1:0\n    \
+         rebalance: {{ interval: 0s }}\n    proxy_protocol: {{ from: [127.0.0.1/32] }}\n    \
          quarantine: {{ base: 5m, failures: 3 }}\n    \
          health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: 500ms, timeout: 2s }}\n    \
          backends: [{{ name: a, addr: \"{}\" }}]\n",
@@ -190,6 +191,20 @@ fn behind_haproxy_one_clients_garbage_takes_no_node_out_three_clients_do() {
     );
     let refused = proxy.wait_event_blocking(|e| e["message"] == "refused_by_node", T);
     assert_eq!(refused["client"], "127.0.0.5", "{refused}");
+    // Every refusal is counted, logged or not.
+    let admin = admin_addr(&proxy);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(admin_http::status(admin));
+    assert_eq!(
+        admin_http::backend(&status, "ltc", "a")["refused_by_node"],
+        6
+    );
+    let metrics = rt.block_on(admin_http::metrics(admin));
+    let labels = [("pool", "ltc"), ("backend", "a")];
+    assert_eq!(
+        metrics.value("pin_proxy_refused_by_node_total", Kind::Counter, &labels),
+        6.0
+    );
 
     for from in ["127.0.0.6", "127.0.0.7", "127.0.0.8"] {
         send_garbage(from);
@@ -199,4 +214,56 @@ fn behind_haproxy_one_clients_garbage_takes_no_node_out_three_clients_do() {
         (&q["backend"], &q["reason"]),
         (&Value::from("a"), &Value::from("connect_failures"))
     );
+}
+
+/// With `source: client` behind HAProxy, the node sees the client the
+/// header names, not HAProxy and not the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_source_client_connects_from_the_headers_client() {
+    if socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .and_then(|s| s.set_ip_transparent_v4(true))
+        .is_err()
+    {
+        assert!(
+            !litecoind_required(),
+            "IP_TRANSPARENT not permitted (not root?)"
+        );
+        eprintln!("skipping: IP_TRANSPARENT not permitted (needs CAP_NET_ADMIN: run as root)");
+        return;
+    }
+    let node = Node::start(|mut s: TcpStream| async move {
+        let peer = s.peer_addr().unwrap();
+        let _ = s.write_all(format!("{peer}\n").as_bytes()).await;
+        let mut buf = [0u8; 64];
+        while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    let yaml = format!(
+        "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    source: client\n    \
+         proxy_protocol: {{ from: [127.0.0.1/32] }}\n    backends: [\"{}\"]\n",
+        node.addr
+    );
+    let proxy = Proxy::start(&yaml).await;
+    let Some(ha) = HaProxy::start(&[(proxy.addr("p"), Header::V2), (proxy.addr("p"), Header::V1)])
+    else {
+        return;
+    };
+    for (front, from) in [(0, "127.0.0.6"), (1, "127.0.0.7")] {
+        let mut client = connect_from(from, ha.front(front)).await;
+        let mut line = vec![0u8; 64];
+        let n = tokio::time::timeout(T, client.read(&mut line))
+            .await
+            .expect("the node's line in time")
+            .unwrap();
+        let seen: SocketAddr = std::str::from_utf8(&line[..n])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(seen.ip().to_string(), from, "front {front}");
+    }
+}
+
+fn litecoind_required() -> bool {
+    std::env::var("PIN_PROXY_REQUIRE_PEERS").is_ok_and(|v| v == "1")
 }

@@ -261,15 +261,3 @@ fn trusting_every_sender_is_warned_about() {
     assert!(warned("[10.0.0.0/8, \"::/0\"]"));
     assert!(!warned("[10.0.0.0/8, \"fd00::/8\"]"));
 }
-
-#[test]
-fn a_source_this_version_does_not_apply_is_warned_about() {
-    let warned = |source: &str| {
-        warnings(&ok(&pool_with(&format!("source: {source}"))))
-            .into_iter()
-            .any(|w| w.contains("is not applied by this version yet"))
-    };
-    assert!(warned("client"));
-    assert!(warned("127.0.0.2"));
-    assert!(!warned("proxy"));
-}

@@ -266,6 +266,8 @@ mod tests {
             }),
             bytes_up: 1536,
             bytes_down: 5 * 1024 * 1024 * 1024,
+            refused_by_node: 0,
+            source_fallbacks: 0,
             node: None,
         }
     }
