@@ -55,6 +55,9 @@
 #   3. Nothing else is needed here: no ip_forward (the replies are delivered
 #      to this host, not forwarded) and strict rp_filter is fine (a reply's
 #      source, the node, is reached through the interface it came in on).
+#      Anti-spoofing between this host and the node must let client
+#      addresses pass (uRPF on a router; in a cloud, the instance's
+#      source/destination check, e.g. AWS SrcDestCheck, disabled here).
 #
 # NODES ON THIS HOST (rule on loopback sources)
 #     add --same-host

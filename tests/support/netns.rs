@@ -317,9 +317,4 @@ impl Topology {
         self.proxy
             .routing_script(&["add", "--iif", NODE_IFACE, "--sport", &port, "-4"]);
     }
-
-    /// The client whose address is `ip`: its index.
-    pub fn client_of(ip: &str) -> Option<usize> {
-        CLIENTS.iter().position(|c| c.to_string() == ip)
-    }
 }
