@@ -48,9 +48,9 @@
 #      `9333-9335`). Without it the rule takes EVERY packet arriving on the
 #      interface as local: anything the node sends through this host
 #      (its own outbound P2P connections, DNS) is swallowed, and, on IPv4,
-#      this host answers ARP for every address asked on that link (tested:
-#      the route lookup ARP makes matches the rule), poisoning its
-#      neighbours' caches. With `ipproto tcp sport N` only the node's TCP
+#      this host answers ARP for every address asked on that link (the
+#      route lookup ARP makes for the asked address matches the rule and
+#      says "local"), poisoning its neighbours' caches. With `ipproto tcp sport N` only the node's TCP
 #      replies match (ARP lookups carry no port, so they never do).
 #   3. Nothing else is needed here: no ip_forward (the replies are delivered
 #      to this host, not forwarded) and strict rp_filter is fine (a reply's
@@ -83,9 +83,8 @@
 # `fwmark 1` to table 100. That is as exact as it gets for packets arriving
 # from other hosts, but needs netfilter rules as well as routing, and comes
 # too late for a same-host node's replies (their route is chosen when they
-# are sent, before any prerouting mark). The rules
-# above need only iproute2 (`ipproto`/`sport` selectors: Linux 4.17 and
-# iproute2 4.17 or later).
+# are sent, before any prerouting mark). The rules above need only iproute2
+# (`ipproto`/`sport` selectors: Linux 4.17 and iproute2 4.17 or later).
 #
 # IPv4 and IPv6: both by default; -4 or -6 for one. pin-proxy connects a
 # client of the other family than the node from its own address (event
