@@ -10,14 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pin_proxy::inspect::wire;
 use serde_json::Value;
 
-use crate::support::litecoind::{self, Litecoind, REGTEST};
+use crate::support::litecoind::{self, Litecoind};
 use crate::support::netns::{
     self, CLIENTS, NODE, NODE_IFACE, Netns, PROXY_TO_CLIENTS, PROXY_TO_NODE, Topology,
 };
@@ -139,30 +138,6 @@ fn peers(node: &Litecoind) -> BTreeMap<usize, Vec<SocketAddr>> {
         by_client.entry(i).or_default().push(addr);
     }
     by_client
-}
-
-/// The node behind `stream` answers a `ping` with its `pong`.
-fn answers_ping(stream: &mut TcpStream, nonce: u64) -> bool {
-    let nonce = nonce.to_le_bytes();
-    if stream
-        .write_all(&wire::encode(REGTEST, "ping", &nonce))
-        .is_err()
-    {
-        return false;
-    }
-    let mut decoder = wire::Decoder::new(REGTEST);
-    let mut buf = [0u8; 4096];
-    loop {
-        while let Ok(Some(msg)) = decoder.next_message() {
-            if msg.command == "pong" && msg.payload == nonce {
-                return true;
-            }
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => decoder.feed(&buf[..n]),
-        }
-    }
 }
 
 /// A client connection from `ns` to `front` that sends its `version` and
@@ -297,10 +272,13 @@ fn a_ban_on_one_client_leaves_the_other_and_the_node() {
     assert!(backend["quarantine"].is_null(), "{backend}");
 
     // Client 1 keeps its connection, and a new one is served.
-    assert!(answers_ping(&mut other.stream, 1), "client 1 lost its node");
+    assert!(
+        p2p_client::answers_ping(&mut other.stream, 1),
+        "client 1 lost its node"
+    );
     let mut again = s.client(1);
     assert!(
-        answers_ping(&mut again.stream, 2),
+        p2p_client::answers_ping(&mut again.stream, 2),
         "client 1's new connection"
     );
     let peers = s.peers_when("client 1 twice, client 0 gone", |p| {
@@ -353,7 +331,7 @@ fn a_live_upgrade_keeps_transparent_connections() {
 
     for (i, client) in clients.iter_mut().enumerate() {
         assert!(
-            answers_ping(&mut client.stream, 10 + i as u64),
+            p2p_client::answers_ping(&mut client.stream, 10 + i as u64),
             "client {i} lost its node in the upgrade"
         );
     }

@@ -144,3 +144,27 @@ pub fn agents(node: &Litecoind) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// The node behind `stream` answers a `ping` with its `pong`.
+pub fn answers_ping(stream: &mut TcpStream, nonce: u64) -> bool {
+    let nonce = nonce.to_le_bytes();
+    if stream
+        .write_all(&wire::encode(REGTEST, "ping", &nonce))
+        .is_err()
+    {
+        return false;
+    }
+    let mut decoder = Decoder::new(REGTEST);
+    let mut buf = [0u8; 4096];
+    loop {
+        while let Ok(Some(msg)) = decoder.next_message() {
+            if msg.command == "pong" && msg.payload == nonce {
+                return true;
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => decoder.feed(&buf[..n]),
+        }
+    }
+}
