@@ -47,6 +47,12 @@ impl Setup {
     /// once its first probe found the node healthy. `None` after a skip
     /// notice.
     fn start(source: &str) -> Option<Setup> {
+        Setup::start_with(source, "")
+    }
+
+    /// As [`Setup::start`], with `extra` (pool keys, each line ending in
+    /// a newline and the pool's indent) in pin-proxy's config.
+    fn start_with(source: &str, extra: &str) -> Option<Setup> {
         if !litecoind::available() || !netns::available() {
             return None;
         }
@@ -60,7 +66,7 @@ impl Setup {
             &format!(
                 "admin: {{ listen: 127.0.0.1:0 }}\n\
                  pools:\n  - name: ltc\n    listen: [\"{c0}:0\", \"{c1}:0\"]\n    \
-                 source: {source}\n    rebalance: {{ interval: 0s }}\n    \
+                 source: {source}\n    {extra}rebalance: {{ interval: 0s }}\n    \
                  quarantine: {{ base: 5m, failures: 2 }}\n    \
                  health: {{ probe: bitcoin-p2p, network: litecoin-regtest, interval: 500ms, timeout: 2s }}\n    \
                  backends: [{{ name: node, addr: \"{}\" }}]\n",
@@ -292,6 +298,56 @@ fn a_ban_on_one_client_leaves_the_other_and_the_node() {
         "{:?}",
         s.proxy.named("quarantined")
     );
+}
+
+/// (b2) The node's host drops one client's packets (an `unreachable`
+/// route to that address, as a firewall's drop would): that client's
+/// connects from its own address time out, every one, and are judged per
+/// client as a ban is: `refused_by_node`, the node never quarantined
+/// (`failures: 2`, four tries), the other client served.
+#[test]
+fn one_clients_unanswered_connects_take_no_node_out() {
+    let Some(s) = Setup::start_with("client", "connect_timeout: 300ms\n    ") else {
+        return;
+    };
+    let cut = CLIENTS[0].to_string();
+    s.net
+        .node
+        .ip(&["route", "add", "unreachable", &format!("{cut}/32")]);
+    for attempt in 1..=4 {
+        turned_away(&s.net.clients[0], s.front(0))
+            .unwrap_or_else(|e| panic!("cut-off client, try {attempt}: {e}"));
+        s.proxy.wait_closed_blocking(attempt, T, |e| {
+            from(e, &cut) || e.get("suppressed").is_some()
+        });
+    }
+    let failed = s.proxy.named("connect_failed");
+    assert!(
+        failed
+            .iter()
+            .all(|e| e["reason"] == "timeout" && from(e, &cut)),
+        "{failed:?}"
+    );
+    assert_eq!(failed.len(), 4, "{failed:?}");
+    let refused = s.proxy.wait_event_blocking(
+        |e| e["message"] == "refused_by_node" && e["client"] == cut.as_str(),
+        T,
+    );
+    assert_eq!(refused["backend"], "node", "{refused}");
+    assert!(
+        s.proxy.named("quarantined").is_empty(),
+        "one client's timeouts took the node out: {:?}",
+        s.proxy.named("quarantined")
+    );
+    let mut other = s.client(1);
+    assert!(
+        p2p_client::answers_ping(&mut other.stream, 3),
+        "client 1 not served"
+    );
+    let status = s.status();
+    let backend = crate::support::admin_http::backend(&status, "ltc", "node");
+    assert!(backend["quarantine"].is_null(), "{backend}");
+    assert_eq!(backend["refused_by_node"], 4, "{backend}");
 }
 
 /// (c) A live upgrade keeps both transparent connections: the same peers
