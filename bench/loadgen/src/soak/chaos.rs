@@ -93,6 +93,24 @@ impl Backend {
         Ok(b)
     }
 
+    /// A P2P-shaped backend (`loadgen p2p-server`) on `addr`.
+    ///
+    /// # Errors
+    /// It cannot be started.
+    pub fn p2p(name: &str, addr: SocketAddr) -> anyhow::Result<Backend> {
+        let me = std::env::current_exe().context("this program's path")?;
+        let mut cmd = Command::new(me);
+        cmd.args(["p2p-server", "--threads", "1", "--listen"])
+            .arg(addr.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        Ok(Backend {
+            name: name.to_owned(),
+            addr,
+            kid: Some(Kid::spawn(&mut cmd, &format!("backend {name}"))?),
+        })
+    }
+
     /// Start it again on its address (after a kill).
     ///
     /// # Errors

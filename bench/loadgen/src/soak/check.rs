@@ -30,8 +30,11 @@ pub struct Input<'a> {
     pub events: &'a [Value],
     pub acts: &'a [(SystemTime, Act)],
     pub ends: &'a [StreamEnd],
+    /// The P2P-shaped windows' results.
+    pub p2p: &'a [Value],
     pub traffic: &'a Traffic,
-    pub samples: &'a [(f64, u64, usize)],
+    /// (seconds, RSS KiB, descriptors, live connections).
+    pub samples: &'a [(f64, u64, usize, u64)],
     pub unhealthy: &'a [SystemTime],
     pub chaos_errors: &'a [String],
     pub left_behind: &'a [u32],
@@ -186,10 +189,19 @@ impl Report {
                 How::Stalled => v.push(format!("stream {}: no echo within 60 s", end.local)),
                 How::Closed(why) => {
                     let lived = end.ended.duration_since(end.started).unwrap_or_default();
+                    // The line nearest its end (a later client may reuse
+                    // the port).
+                    let gap = |t: SystemTime| {
+                        t.duration_since(end.ended)
+                            .or_else(|_| end.ended.duration_since(t))
+                            .unwrap_or_default()
+                    };
                     let line = lines.get(&end.local.to_string()).and_then(|ls| {
-                        ls.iter().find(|(t, _)| {
-                            *t >= end.started && *t <= end.ended + Duration::from_secs(5)
-                        })
+                        ls.iter()
+                            .filter(|(t, _)| {
+                                *t >= end.started && *t <= end.ended + Duration::from_secs(5)
+                            })
+                            .min_by_key(|(t, _)| gap(*t))
                     });
                     match line {
                         Some((_, reason)) => *ended_by.entry(reason.clone()).or_default() += 1,
@@ -201,6 +213,28 @@ impl Report {
                             end.local
                         )),
                     }
+                }
+            }
+        }
+
+        // The P2P-shaped load: a connection ends only by a close (the cold
+        // restart, a backend's kill, ...); any other error is a violation.
+        let (mut sent, mut echoed, mut announced) = (0, 0, 0);
+        let mut p2p_errors: BTreeMap<String, u64> = BTreeMap::new();
+        for w in i.p2p {
+            if let Some(f) = w["failed"].as_str() {
+                v.push(format!("a P2P-shaped window failed: {f}"));
+            }
+            sent += w["sent"].as_u64().unwrap_or(0);
+            echoed += w["echoed"].as_u64().unwrap_or(0);
+            announced += w["announced"].as_u64().unwrap_or(0);
+            let kinds = w["error_kinds"].as_object().into_iter().flatten();
+            let connect = w["connect_error_kinds"].as_object().into_iter().flatten();
+            for (kind, n) in kinds.chain(connect) {
+                *p2p_errors.entry(kind.clone()).or_default() += n.as_u64().unwrap_or(0);
+                let closed = ["closed by the other end", "reset", "refused", "Broken pipe"];
+                if !closed.iter().any(|c| kind.contains(c)) {
+                    v.push(format!("P2P-shaped connections: {n} × {kind}"));
                 }
             }
         }
@@ -231,7 +265,9 @@ impl Report {
         let fds = slope(
             &i.samples
                 .iter()
-                .map(|s| (s.0, s.2 as f64))
+                // Descriptors beyond the two each live connection holds:
+                // what a leak would grow, whatever the load's phase.
+                .map(|s| (s.0, s.2 as f64 - 2.0 * s.3 as f64))
                 .collect::<Vec<_>>(),
         );
         // Growth that would double the RSS within an hour, or add a
@@ -301,10 +337,21 @@ impl Report {
                 counts.get(kind).copied().unwrap_or(0).to_string(),
             ));
         }
+        rows.push((
+            "P2P-shaped".into(),
+            format!(
+                "{} windows, {sent} pings sent, {echoed} echoed, {announced} announcements; errors: {}",
+                i.p2p.len(),
+                if p2p_errors.is_empty() { "none".into() } else { join(&p2p_errors) }
+            ),
+        ));
         rows.push(("closes by reason".into(), join(&by_reason)));
         rows.push(("stream ends by reason".into(), join(&ended_by)));
         rows.push(("RSS".into(), fmt_slope(rss, "KiB")));
-        rows.push(("descriptors".into(), fmt_slope(fds, "")));
+        rows.push((
+            "descriptors beyond 2 per connection".into(),
+            fmt_slope(fds, ""),
+        ));
         rows.push(("violations".into(), v.len().to_string()));
         Report {
             rows,
@@ -359,6 +406,7 @@ mod tests {
             events,
             acts,
             ends: &[],
+            p2p: &[],
             traffic: &traffic,
             samples: &[],
             unhealthy: &[],

@@ -211,6 +211,44 @@ pub async fn hostile(shared: Arc<Shared>, per_s: u32, deadline: Instant) {
     }
 }
 
+/// P2P-shaped load on `target` until `deadline`: `conns` connections
+/// opened afresh for each window of up to 20 s (a cold restart ends one
+/// window's connections, not the load); each window's result.
+pub async fn p2p(target: SocketAddr, conns: usize, deadline: Instant) -> Vec<serde_json::Value> {
+    let mut windows = Vec::new();
+    if conns == 0 {
+        return windows;
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Ramp, a second of warm-up and the window, ended 2 s before the
+        // deadline.
+        let Some(window) = left.checked_sub(Duration::from_secs(5)) else {
+            return windows;
+        };
+        let p = crate::p2p::Params {
+            target,
+            conns,
+            ramp: 1000.0,
+            warmup: Duration::from_secs(1),
+            duration: window.min(Duration::from_secs(20)),
+            shape: crate::p2p::Shape {
+                min_gap: Duration::from_millis(500),
+                max_gap: Duration::from_secs(2),
+                min_size: 100,
+                max_size: 300,
+            },
+            pid: None,
+            server_pid: None,
+            timeline: None,
+        };
+        match crate::p2p::run(p).await {
+            Ok(v) => windows.push(v),
+            Err(e) => windows.push(serde_json::json!({ "failed": format!("{e:#}") })),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

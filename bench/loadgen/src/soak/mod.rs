@@ -53,6 +53,10 @@ pub struct Params {
     /// Clients a second that send garbage and reset.
     #[arg(long, default_value_t = 5)]
     pub hostile: u32,
+    /// P2P-shaped connections (small messages both ways on random
+    /// schedules) on a pool of their own, opened afresh every 20 s window.
+    #[arg(long, default_value_t = 200)]
+    pub p2p: usize,
     #[arg(long, value_parser = crate::interval, default_value = "60s")]
     pub upgrade_every: Duration,
     #[arg(long, value_parser = crate::interval, default_value = "20s")]
@@ -77,8 +81,9 @@ pub struct Shared {
     pub pid: AtomicU32,
     /// `/healthz` failures, when.
     pub unhealthy: Mutex<Vec<SystemTime>>,
-    /// (seconds since start, RSS KiB, open descriptors) of the serving process.
-    pub samples: Mutex<Vec<(f64, u64, usize)>>,
+    /// (seconds since start, RSS KiB, open descriptors, live client
+    /// connections) of the serving process.
+    pub samples: Mutex<Vec<(f64, u64, usize, u64)>>,
     /// Errors of the chaos itself (an upgrade refused, a reload failed).
     pub chaos_errors: Mutex<Vec<String>>,
 }
@@ -125,9 +130,11 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
     .await
     .context("start dnsmasq (install dnsmasq-base)")?;
     let (admin, listen) = (free_port()?, free_port()?);
+    let p2p_server = Backend::p2p("p2p", free_port()?)?;
     let settings = Settings {
         admin,
         listen,
+        p2p: (free_port()?, p2p_server.addr),
         dns: dns.addr,
         statics: statics.iter().map(|b| b.addr).collect(),
         member_port,
@@ -154,6 +161,7 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
         .collect();
     let churn = tokio::spawn(load::churn(shared.clone(), p.churn, deadline));
     let hostile = tokio::spawn(load::hostile(shared.clone(), p.hostile, deadline));
+    let p2p = tokio::spawn(load::p2p(settings.p2p.0, p.p2p, deadline));
     let watch = tokio::spawn(watch(shared.clone(), started, deadline));
     let mut stage = Stage {
         p,
@@ -173,6 +181,7 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
     }
     churn.await?;
     hostile.await?;
+    let p2p = p2p.await?;
     watch.await?;
     // Let the last closes reach the log.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -185,6 +194,7 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
     drop(proxies);
     drop(statics);
     drop(members);
+    drop(p2p_server);
     drop(dns);
     let marker = std::env::temp_dir().join("loadgen-soak");
     let left = wait_gone(&marker).await;
@@ -193,6 +203,7 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
         events: &events,
         acts: &shared.record.all(),
         ends: &ends,
+        p2p: &p2p,
         traffic: &shared.traffic,
         samples: &rss_fd_before_stop,
         unhealthy: &shared.unhealthy.lock().unwrap_or_else(|e| e.into_inner()),
@@ -229,6 +240,8 @@ struct Settings {
     listen: SocketAddr,
     dns: SocketAddr,
     statics: Vec<SocketAddr>,
+    /// The P2P pool's listener and its backend.
+    p2p: (SocketAddr, SocketAddr),
     member_port: u16,
     state: PathBuf,
 }
@@ -254,9 +267,14 @@ impl Settings {
              health: {{ probe: connect, interval: {interval}, timeout: 500ms }}\n    \
              quarantine: {{ base: 5s, max: 20s }}\n    \
              discovery: {{ resolver: \"{dns}\" }}\n    backends:\n{backends}      \
-             - {{ name: dns, discover: \"{NAME}:{}\" }}\n",
+             - {{ name: dns, discover: \"{NAME}:{}\" }}\n  \
+             - name: p2p\n    listen: \"{}\"\n    \
+             health: {{ probe: connect, interval: {interval}, timeout: 500ms }}\n    \
+             backends: [\"{}\"]\n",
             self.state.display(),
             self.member_port,
+            self.p2p.0,
+            self.p2p.1,
         )
     }
 }
@@ -517,9 +535,10 @@ async fn watch(shared: Arc<Shared>, started: Instant, deadline: Instant) {
         if !n.is_multiple_of(5) {
             continue;
         }
-        for path in ["/status", "/metrics"] {
-            let _ = get(shared.admin, path).await;
-        }
+        let _ = get(shared.admin, "/metrics").await;
+        let Some(conns) = connections(shared.admin).await else {
+            continue;
+        };
         let pid = shared.pid.load(Ordering::Relaxed);
         let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count());
         if let (Ok(rss), Ok(fds)) = (procfs::rss_kib(pid), fds) {
@@ -527,9 +546,21 @@ async fn watch(shared: Arc<Shared>, started: Instant, deadline: Instant) {
                 .samples
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((started.elapsed().as_secs_f64(), rss, fds));
+                .push((started.elapsed().as_secs_f64(), rss, fds, conns));
         }
     }
+}
+
+/// The live client connections of every pool, from `/status`.
+async fn connections(admin: SocketAddr) -> Option<u64> {
+    let answer = get(admin, "/status").await.ok()?;
+    let (_, body) = answer.split_once("\r\n\r\n")?;
+    let status: Value = serde_json::from_str(body).ok()?;
+    status["pools"]
+        .as_array()?
+        .iter()
+        .map(|p| p["connections"].as_u64())
+        .sum()
 }
 
 async fn healthz(admin: SocketAddr) -> bool {
