@@ -206,8 +206,10 @@ mod tests {
         assert_eq!(lines.len(), 4, "{text}");
         let head: Vec<&str> = lines[0].split_whitespace().collect();
         assert_eq!(head, HEADER);
-        assert!(
-            lines[1].contains("12  ltc  10.0.0.1:5000  192.0.2.1:40000  a"),
+        let first: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            first[..5],
+            ["12", "ltc", "10.0.0.1:5000", "192.0.2.1:40000", "a"],
             "{text}"
         );
         assert!(
