@@ -2,7 +2,7 @@
 //! within one `connect_timeout` budget.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -32,6 +32,9 @@ pub enum ConnectError {
         addr: String,
         /// The last address's error.
         source: io::Error,
+        /// The last attempt was made from this client's own address
+        /// (`source: client`): the node may have refused that client only.
+        client: Option<IpAddr>,
     },
     /// The name resolves to one of this process's own listeners.
     #[error(
@@ -61,6 +64,9 @@ pub enum ConnectError {
         addr: String,
         /// The budget.
         timeout: Duration,
+        /// The attempt that ran out was made from this client's own
+        /// address (`source: client`).
+        client: Option<IpAddr>,
     },
 }
 
@@ -119,6 +125,17 @@ impl ConnectError {
 }
 
 impl ConnectError {
+    /// The client whose own address a refused or unanswered connect was
+    /// made from (`source: client`): the node's refusal may be of that
+    /// client alone, so it is judged per client, as a close at once is.
+    pub fn refused_client(&self) -> Option<IpAddr> {
+        match self {
+            ConnectError::Connect { client, .. } if self.kind() == FailKind::Refused => *client,
+            ConnectError::Timeout { client, .. } => *client,
+            _ => None,
+        }
+    }
+
     /// This process ran out of descriptors or memory, or cannot connect
     /// from its `source`: says nothing about the backend.
     pub fn is_local(&self) -> bool {
@@ -190,9 +207,10 @@ async fn dial(
     origin: Origin,
 ) -> Result<Connected, ConnectError> {
     let deadline = Instant::now() + timeout;
-    let timed_out = || ConnectError::Timeout {
+    let timed_out = |client| ConnectError::Timeout {
         addr: addr.to_owned(),
         timeout,
+        client,
     };
     let resolve_err = |source| ConnectError::Resolve {
         addr: addr.to_owned(),
@@ -200,15 +218,17 @@ async fn dial(
     };
     let addrs = tokio::time::timeout_at(deadline, tokio::net::lookup_host(addr))
         .await
-        .map_err(|_elapsed| timed_out())?
+        .map_err(|_elapsed| timed_out(None))?
         .map_err(resolve_err)?;
     let mut last = None;
     let mut ours = None;
+    let mut client = None;
     for sa in addrs {
         if let Some(to) = own.and_then(|o| crate::net::own::reached_by(o, sa)) {
             ours = Some(to);
             continue;
         }
+        client = origin.transparent_for(sa);
         match connect_addr(sa, deadline, origin).await {
             Ok(connected) => return Ok(connected),
             Err(AddrFailure::Source(source)) => {
@@ -219,7 +239,7 @@ async fn dial(
                 });
             }
             Err(AddrFailure::Failed(e)) => last = Some(e),
-            Err(AddrFailure::TimedOut) => return Err(timed_out()),
+            Err(AddrFailure::TimedOut) => return Err(timed_out(client)),
         }
     }
     if let Some(to) = ours {
@@ -232,6 +252,7 @@ async fn dial(
         Some(source) => ConnectError::Connect {
             addr: addr.to_owned(),
             source,
+            client,
         },
         None => resolve_err(io::Error::new(
             io::ErrorKind::NotFound,

@@ -420,7 +420,14 @@ async fn connect_some(
             }
             Err(err) => {
                 drop(lease);
-                pool.legs().record_connect(target.id, attempt, false);
+                match err.refused_client() {
+                    // From the client's own address: the node may refuse
+                    // that client alone, judged per client.
+                    Some(client) => pool
+                        .legs()
+                        .record_closed_at_once(target.id, attempt, client),
+                    None => pool.legs().record_connect(target.id, attempt, false),
+                }
                 log_failure(pool, &target, conn, (peer, via), &err);
             }
         }

@@ -53,6 +53,15 @@ impl Origin {
         }
     }
 
+    /// The client's address a connection to `to` is made from, when it is
+    /// one (`source: client`, the same family).
+    pub fn transparent_for(self, to: SocketAddr) -> Option<IpAddr> {
+        match self {
+            Origin::Transparent(ip) if ip.is_ipv4() == to.is_ipv4() => Some(ip),
+            _ => None,
+        }
+    }
+
     /// Make `socket` (of `to`'s family) leave from this origin. `Ok(false)`
     /// when the families differ and the kernel chooses instead.
     ///

@@ -138,7 +138,9 @@ impl Legs<'_> {
     /// A client connection from `client` to `backend` that began at
     /// `started` was closed by the backend at once, before it sent a byte:
     /// what a node that banned our address does to every client, and what
-    /// any node does to one client's garbage. Counts toward
+    /// any node does to one client's garbage; also a connect made from the
+    /// client's own address (`source: client`) that the node refused or
+    /// left unanswered, which may be of that client alone. Counts toward
     /// `quarantine.failures` like a failed connect, one incident once, as
     /// far as such closes come from 2 client addresses or more; the address
     /// is steered to the other backends for `quarantine.base`

@@ -123,6 +123,7 @@ fn package_holds_every_file_with_its_mode_and_owner() {
         ("./usr/lib/systemd/system/pin-proxy.service", "-rw-r--r--"),
         ("./etc/pin-proxy/config.yaml", "-rw-r-----"),
         ("./usr/lib/sysusers.d/pin-proxy.conf", "-rw-r--r--"),
+        ("./usr/share/pin-proxy/transparent-routing.sh", "-rwxr-xr-x"),
         ("./usr/share/man/man1/pin-proxy.1.gz", "-rw-r--r--"),
         (
             "./usr/share/bash-completion/completions/pin-proxy",
@@ -248,6 +249,10 @@ fn maintainer_scripts_pass_sh_n_and_shellcheck() {
     for tool in ["build.sh", "assets.sh"] {
         ok(Command::new("shellcheck").arg(dir.join(tool)));
     }
+    // Packaged too, and run as root on operators' hosts.
+    ok(Command::new("shellcheck")
+        .args(["--severity=style"])
+        .arg(Path::new(ROOT).join("deploy/transparent-routing.sh")));
 }
 
 /// Whether this runs as root, which the installs need (CI does); a notice

@@ -17,3 +17,4 @@ mod proxy_protocol;
 mod refused;
 mod stalled;
 mod suitability;
+mod transparent;

@@ -8,13 +8,13 @@
 //! `PIN_PROXY_REQUIRE_PEERS=1`).
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, TcpStream};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use pin_proxy::inspect::wire;
 use serde_json::Value;
 
-use crate::support::litecoind::{Litecoind, REGTEST, connect_from, peer};
+use crate::support::litecoind::{Litecoind, connect_from, peer};
+use crate::support::p2p_client::answers_ping;
 use crate::support::proxy::Proxy;
 
 /// Bound on every wait.
@@ -28,30 +28,6 @@ fn from(e: &Value, ip: &str) -> bool {
     e["client"]
         .as_str()
         .is_some_and(|c| c.starts_with(&format!("{ip}:")))
-}
-
-/// The node behind `stream` answers a `ping` with its `pong`.
-fn answers_ping(stream: &mut TcpStream) -> bool {
-    let nonce = 7u64.to_le_bytes();
-    if stream
-        .write_all(&wire::encode(REGTEST, "ping", &nonce))
-        .is_err()
-    {
-        return false;
-    }
-    let mut decoder = wire::Decoder::new(REGTEST);
-    let mut buf = [0u8; 4096];
-    loop {
-        while let Ok(Some(msg)) = decoder.next_message() {
-            if msg.command == "pong" && msg.payload == nonce {
-                return true;
-            }
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => decoder.feed(&buf[..n]),
-        }
-    }
 }
 
 #[test]
@@ -142,7 +118,7 @@ fn garbage_from_one_address_quarantines_no_node() {
         "an honest peer was closed"
     );
     for (mut stream, _) in honest {
-        assert!(answers_ping(&mut stream), "an honest peer lost its node");
+        assert!(answers_ping(&mut stream, 7), "an honest peer lost its node");
     }
     // And a new honest client is served.
     let (_next, height) = peer(proxy.addr("ltc"), T);

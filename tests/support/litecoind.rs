@@ -48,6 +48,8 @@ pub struct Litecoind {
     onion_port: u16,
     /// The `-connect=` value, for a restart.
     connect: String,
+    /// The network namespace it runs in (`ip netns exec`), if not ours.
+    netns: Option<String>,
     // Dropped after `child` is killed in `Drop::drop`.
     dir: tempfile::TempDir,
 }
@@ -111,12 +113,29 @@ impl Litecoind {
     /// As [`Litecoind::start`], with `extra` arguments after ours (they
     /// win: `-peerblockfilters=1`, `-prune=550`).
     pub fn start_with(connect: Option<SocketAddr>, extra: &[&str]) -> Option<Litecoind> {
+        Self::start_at(None, IpAddr::from([127, 0, 0, 1]), connect, extra)
+    }
+
+    /// As [`Litecoind::start`] (`-connect=0`), inside the network namespace
+    /// `netns` (`ip netns exec`, for the node and its `litecoin-cli`), P2P
+    /// bound to `ip` (an address of that namespace); RPC stays on its
+    /// loopback.
+    pub fn start_in(netns: &str, ip: IpAddr) -> Option<Litecoind> {
+        Self::start_at(Some(netns), ip, None, &[])
+    }
+
+    fn start_at(
+        netns: Option<&str>,
+        ip: IpAddr,
+        connect: Option<SocketAddr>,
+        extra: &[&str],
+    ) -> Option<Litecoind> {
         if !available() {
             return None;
         }
         let mut last_err = String::new();
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(connect, extra) {
+            match Self::try_start(netns, ip, connect, extra) {
                 Ok(node) => return Some(node),
                 Err(StartError::PortTaken(msg)) => last_err = msg,
                 Err(StartError::Fatal(msg)) => panic!("start litecoind: {msg}"),
@@ -125,26 +144,34 @@ impl Litecoind {
         panic!("start litecoind: ports kept being taken ({START_ATTEMPTS} tries): {last_err}");
     }
 
-    fn try_start(connect: Option<SocketAddr>, extra: &[&str]) -> Result<Litecoind, StartError> {
+    fn try_start(
+        netns: Option<&str>,
+        ip: IpAddr,
+        connect: Option<SocketAddr>,
+        extra: &[&str],
+    ) -> Result<Litecoind, StartError> {
         let dir = tempfile::Builder::new()
             .prefix("pin-proxy-ltc-")
             .tempdir()
             .map_err(|e| StartError::Fatal(format!("create datadir: {e}")))?;
         let [p2p_port, rpc_port, onion_port] = free_ports();
         let connect = connect.map_or_else(|| "0".to_string(), |a| a.to_string());
+        let p2p = SocketAddr::new(ip, p2p_port);
         let child = spawn(
+            netns,
             dir.path(),
-            [p2p_port, rpc_port, onion_port],
+            (p2p, rpc_port, onion_port),
             &connect,
             extra,
         )?;
         // From here on, Drop kills the child whatever happens.
         let mut node = Litecoind {
             child,
-            p2p: SocketAddr::from(([127, 0, 0, 1], p2p_port)),
+            p2p,
             rpc_port,
             onion_port,
             connect,
+            netns: netns.map(str::to_owned),
             dir,
         };
         node.wait_ready()?;
@@ -208,8 +235,9 @@ impl Litecoind {
             let old = log.with_extension("log.before");
             fs::rename(&log, &old).unwrap_or_else(|e| panic!("rename {}: {e}", log.display()));
         }
-        let ports = [self.p2p.port(), self.rpc_port, self.onion_port];
-        self.child = match spawn(self.dir.path(), ports, &self.connect, extra) {
+        let ports = (self.p2p, self.rpc_port, self.onion_port);
+        let netns = self.netns.as_deref();
+        self.child = match spawn(netns, self.dir.path(), ports, &self.connect, extra) {
             Ok(child) => child,
             Err(StartError::PortTaken(e) | StartError::Fatal(e)) => panic!("restart: {e}"),
         };
@@ -218,7 +246,8 @@ impl Litecoind {
         }
     }
 
-    /// The `127.0.0.1:port` the node listens on for P2P.
+    /// The `127.0.0.1:port` the node listens on for P2P (the address given
+    /// to [`Litecoind::start_in`]).
     pub fn p2p_addr(&self) -> SocketAddr {
         self.p2p
     }
@@ -302,7 +331,7 @@ impl Litecoind {
     /// Runs one RPC through `litecoin-cli`; the trimmed stdout, or stderr as
     /// the error.
     pub fn rpc(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("litecoin-cli")
+        let out = in_netns(self.netns.as_deref(), "litecoin-cli")
             .arg("-regtest")
             .arg(format!("-datadir={}", self.dir.path().display()))
             .arg("-rpcconnect=127.0.0.1")
@@ -443,18 +472,37 @@ pub fn peer(addr: SocketAddr, timeout: Duration) -> (TcpStream, u64) {
     try_peer(addr, timeout).unwrap_or_else(|e| panic!("handshake through {addr}: {e}"))
 }
 
-/// Start `litecoind` on regtest in `dir` with the ports `[p2p, rpc,
-/// onion]`, `-connect=<connect>` and `extra` after our arguments.
-fn spawn(dir: &Path, ports: [u16; 3], connect: &str, extra: &[&str]) -> Result<Child, StartError> {
-    let [p2p_port, rpc_port, onion_port] = ports;
-    let p2p = SocketAddr::from(([127, 0, 0, 1], p2p_port));
+/// `program`, run inside the network namespace `netns` when given.
+fn in_netns(netns: Option<&str>, program: &str) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", ns, program]);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Start `litecoind` on regtest in `dir` (inside `netns` when given) with
+/// P2P on `p2p`, the loopback ports `rpc` and `onion`, `-connect=<connect>`
+/// and `extra` after our arguments.
+fn spawn(
+    netns: Option<&str>,
+    dir: &Path,
+    (p2p, rpc_port, onion_port): (SocketAddr, u16, u16),
+    connect: &str,
+    extra: &[&str],
+) -> Result<Child, StartError> {
+    let p2p_port = p2p.port();
     let stderr = File::create(dir.join("stderr.log"))
         .map_err(|e| StartError::Fatal(format!("create stderr.log: {e}")))?;
     // Debian's `litecoind` is a wrapper that makes `~/.litecoin` with a
     // plain `mkdir` when it is missing: two nodes started at once from a
     // fresh home race on it and one exits ("File exists"). Each node gets
     // its own home, inside its own data directory.
-    Command::new("litecoind")
+    // `ip netns exec` execs the program: the child is litecoind itself.
+    in_netns(netns, "litecoind")
         .env("HOME", dir)
         .arg("-regtest")
         .arg(format!("-datadir={}", dir.display()))

@@ -17,6 +17,7 @@ pub mod haproxy;
 pub mod inproc;
 pub mod liar;
 pub mod litecoind;
+pub mod netns;
 pub mod nodes;
 pub mod p2p_client;
 pub mod proxy;

@@ -21,7 +21,7 @@ pub struct Client {
 }
 
 /// Our `version` to `addr` from `local`, announcing `agent`.
-fn version(addr: SocketAddr, local: SocketAddr, agent: &str) -> Vec<u8> {
+pub fn version(addr: SocketAddr, local: SocketAddr, agent: &str) -> Vec<u8> {
     let params = VersionParams {
         services: 0,
         timestamp: wire::unix_now(),
@@ -41,7 +41,21 @@ fn version(addr: SocketAddr, local: SocketAddr, agent: &str) -> Vec<u8> {
 /// # Errors
 /// Why the handshake did not finish within `timeout`.
 pub fn connect(addr: SocketAddr, agent: &str, timeout: Duration) -> Result<Client, String> {
-    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    let stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    handshake(stream, addr, agent, timeout)
+}
+
+/// As [`connect`], on `stream`, a connection to `addr` made elsewhere (in
+/// another network namespace, say).
+///
+/// # Errors
+/// Why the handshake did not finish within `timeout`.
+pub fn handshake(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    agent: &str,
+    timeout: Duration,
+) -> Result<Client, String> {
     stream
         .set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
@@ -129,4 +143,28 @@ pub fn agents(node: &Litecoind) -> Vec<String> {
         .filter_map(|p| p["subver"].as_str())
         .map(str::to_owned)
         .collect()
+}
+
+/// The node behind `stream` answers a `ping` with its `pong`.
+pub fn answers_ping(stream: &mut TcpStream, nonce: u64) -> bool {
+    let nonce = nonce.to_le_bytes();
+    if stream
+        .write_all(&wire::encode(REGTEST, "ping", &nonce))
+        .is_err()
+    {
+        return false;
+    }
+    let mut decoder = Decoder::new(REGTEST);
+    let mut buf = [0u8; 4096];
+    loop {
+        while let Ok(Some(msg)) = decoder.next_message() {
+            if msg.command == "pong" && msg.payload == nonce {
+                return true;
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => decoder.feed(&buf[..n]),
+        }
+    }
 }

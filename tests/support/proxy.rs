@@ -194,16 +194,45 @@ impl Proxy {
         proxy
     }
 
+    /// As [`Proxy::start_blocking`], the process running inside the network
+    /// namespace `netns` (`ip netns exec`, which execs it: [`Proxy::pid`]
+    /// is still pin-proxy's), so it binds and connects there.
+    pub fn start_in_netns_blocking(netns: &str, yaml: &str) -> Proxy {
+        let mut proxy = Proxy::spawn_in(Some(netns), std::path::Path::new(binary()), yaml, &[]);
+        proxy
+            .events
+            .wait_blocking(0, |e| e["message"] == "ready", 1, START);
+        proxy.ready();
+        proxy
+    }
+
     fn spawn(yaml: &str, env: &[(&str, &str)]) -> Proxy {
         Proxy::spawn_from(std::path::Path::new(binary()), yaml, env)
     }
 
     fn spawn_from(bin: &std::path::Path, yaml: &str, env: &[(&str, &str)]) -> Proxy {
+        Proxy::spawn_in(None, bin, yaml, env)
+    }
+
+    fn spawn_in(
+        netns: Option<&str>,
+        bin: &std::path::Path,
+        yaml: &str,
+        env: &[(&str, &str)],
+    ) -> Proxy {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, with_log(yaml)).expect("write config");
+        let command = || match netns {
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns]).arg(bin);
+                cmd
+            }
+            None => Command::new(bin),
+        };
         let mut child = loop {
-            let spawned = Command::new(bin)
+            let spawned = command()
                 .arg("run")
                 .arg("-c")
                 .arg(&path)

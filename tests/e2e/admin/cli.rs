@@ -69,6 +69,8 @@ async fn status_command_prints_a_table_and_the_contract_json() {
             "last_probe",
             "name",
             "quarantine",
+            "refused_by_node",
+            "source_fallbacks",
             "state",
             "strikes"
         ]
