@@ -11,7 +11,7 @@
 #[path = "connections_page.rs"]
 mod page;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::support::admin_http::{admin_addr, request, request_with};
 use crate::support::admin_wait::wait_connections;
 use crate::support::cli::cli;
-use crate::support::litecoind::{Litecoind, REGTEST};
+use crate::support::litecoind::Litecoind;
 use crate::support::p2p_client::{self, Client};
 use crate::support::proxy::Proxy;
 
@@ -124,30 +124,7 @@ fn entry(listing: &Value, conn: u64) -> Value {
 
 /// The node behind `stream` answers a `ping` with its `pong`.
 pub fn answers_ping(stream: &mut TcpStream) -> bool {
-    let nonce = rand_nonce().to_le_bytes();
-    if stream
-        .write_all(&wire::encode(REGTEST, "ping", &nonce))
-        .is_err()
-    {
-        return false;
-    }
-    let mut decoder = wire::Decoder::new(REGTEST);
-    let mut buf = [0u8; 4096];
-    loop {
-        while let Ok(Some(msg)) = decoder.next_message() {
-            if msg.command == "pong" && msg.payload == nonce {
-                return true;
-            }
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => decoder.feed(&buf[..n]),
-        }
-    }
-}
-
-fn rand_nonce() -> u64 {
-    wire::random_nonce()
+    p2p_client::answers_ping(stream, wire::random_nonce())
 }
 
 /// The proxy closed `stream`: an EOF (or a reset) comes within [`T`],
@@ -311,7 +288,8 @@ async fn close_ends_exactly_one_client_and_shed_a_backends_newest() {
     for i in 0..6 {
         clients.push(f.client(&format!("/client-{i}/")).await);
     }
-    let id = |i: usize| clients[i].1;
+    let conn_ids: Vec<u64> = clients.iter().map(|(_, id)| *id).collect();
+    let id = |i: usize| conn_ids[i];
 
     // A page on another site cannot close or shed through a browser.
     let evil = [("Origin", "http://evil.example")];
