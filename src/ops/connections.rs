@@ -145,7 +145,7 @@ pub fn list(pools: &[Arc<Pool>], query: &ConnQuery) -> Result<Listing, NotFound>
         found = true;
         total += listed.total;
         newest.extend(listed.conns.into_iter().map(|c| (pool.name.as_str(), c)));
-        newest.sort_unstable_by(|a, b| b.1.conn.cmp(&a.1.conn));
+        newest.sort_unstable_by_key(|(_, c)| std::cmp::Reverse(c.conn));
         newest.truncate(query.limit);
     }
     if !found && let Some(backend) = &query.backend {

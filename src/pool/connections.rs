@@ -154,7 +154,7 @@ impl Connections<'_> {
                     .map(|(&id, e)| (id, i, e)),
             );
         }
-        newest.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        newest.sort_unstable_by_key(|n| std::cmp::Reverse(n.0));
         newest.truncate(limit);
         let shed: Vec<HashSet<ConnId>> = backends
             .iter()
