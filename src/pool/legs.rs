@@ -102,8 +102,8 @@ impl Legs<'_> {
             let Members {
                 active, leaving, ..
             } = &mut *m;
-            let on = active.iter_mut().chain(leaving.iter_mut());
-            if let Some(b) = on.into_iter().find(|b| b.id() == backend) {
+            let mut on = active.iter_mut().chain(leaving.iter_mut());
+            if let Some(b) = on.find(|b| b.id() == backend) {
                 b.set_source(conn, source);
             }
         }
