@@ -16,6 +16,7 @@ mod p2p;
 mod pingpong;
 mod procfs;
 mod proxy;
+mod soak;
 mod table;
 mod upgrade;
 mod window;
@@ -114,6 +115,16 @@ enum Command {
         /// Keep iperf3's JSON output here.
         #[arg(long)]
         raw: Option<PathBuf>,
+    },
+    /// Everything at once for --secs: verified streams, churn, hostile
+    /// clients, admin traffic under live upgrades, reloads, DNS flaps,
+    /// backends killed and frozen, quarantines and a cold restart; prints
+    /// a table, exits 1 on any violation.
+    Soak {
+        #[command(flatten)]
+        p: soak::Params,
+        #[command(flatten)]
+        rt: Runtime,
     },
     /// Print the Markdown summary of a results file (JSON lines from run.sh).
     Table {
@@ -252,6 +263,7 @@ fn main() -> anyhow::Result<()> {
         Command::P2p { p, rt } => report(block_on(rt, p2p::run(p))?),
         Command::P2pServer { listen, shape, rt } => block_on(rt, p2p::serve(listen, shape)),
         Command::Drain { p, rt } => report(block_on(rt, drain::run(p))?),
+        Command::Soak { p, rt } => report(block_on(rt, soak::run(p))?),
         Command::Discovery {
             proxy,
             members,

@@ -65,6 +65,19 @@ impl Proxy {
         })
     }
 
+    /// Its config file (a reload reads it again).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.yaml")
+    }
+
+    /// Every event in the log so far, oldest first.
+    pub fn all_events(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+
     /// Every event named `message` in the log so far, oldest first.
     pub fn events(&self, message: &str) -> Vec<Value> {
         // Not written yet reads as no events.
@@ -114,7 +127,10 @@ impl Drop for Proxy {
             .find_map(|e| e["pid"].as_u64());
         if let Some(pid) = last {
             // Already gone is fine: there is nothing left to stop.
-            let _ = Command::new("kill").arg(pid.to_string()).status();
+            let _ = Command::new("kill")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
         }
         // Both fail only when it has already exited and been reaped.
         let _ = self.child.kill();
