@@ -92,6 +92,50 @@ enum Command {
         #[command(flatten)]
         admin: AdminArg,
     },
+    /// List a running instance's client connections, newest first (reads
+    /// `/connections`): who is pinned to which node, since when, how much
+    /// traffic, how long idle.
+    Connections {
+        /// Only this pool's.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only those on backends of this name.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Only clients in this network (`10.0.0.0/8`) or at this address.
+        #[arg(long, value_name = "CIDR")]
+        client: Option<String>,
+        /// How many, the newest [default: 100, at most 10000].
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print the raw JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+    /// Close client connections by id (`conn` in the logs and in
+    /// `connections`). Exits 1 when any is unknown (the others are closed).
+    Close {
+        /// Connection ids.
+        #[arg(required = true, value_name = "CONN")]
+        conns: Vec<u64>,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
+    /// Close a backend's N newest connections, spread over
+    /// `health.drain_spread` (their clients redial).
+    Shed {
+        /// Pool name.
+        pool: String,
+        /// Backend name.
+        backend: String,
+        /// How many.
+        #[arg(value_name = "N")]
+        count: usize,
+        #[command(flatten)]
+        admin: AdminArg,
+    },
     /// Re-read the config file of a running instance and apply it (as
     /// SIGHUP does). Exits 0 when applied, 1 when refused (the instance
     /// then runs on its old config) or unreachable.
@@ -232,6 +276,36 @@ fn main() -> ExitCode {
             backend,
             admin,
         } => call_admin(admin, Call::Release { pool, backend }),
+        Command::Connections {
+            pool,
+            backend,
+            client,
+            limit,
+            json,
+            admin,
+        } => {
+            let wanted = admin_cli::Wanted {
+                pool,
+                backend,
+                client,
+                limit,
+            };
+            call_admin(admin, Call::Connections { wanted, json })
+        }
+        Command::Close { conns, admin } => call_admin(admin, Call::Close { conns }),
+        Command::Shed {
+            pool,
+            backend,
+            count,
+            admin,
+        } => call_admin(
+            admin,
+            Call::Shed {
+                pool,
+                backend,
+                count,
+            },
+        ),
         Command::Reload { admin } => call_admin(admin, Call::Reload),
         Command::Upgrade { admin } => call_admin(admin, Call::Upgrade),
         #[cfg(feature = "sim")]
@@ -303,8 +377,8 @@ const EXIT_BIND: u8 = 3;
 
 /// Print clap's message for `err` and exit: 0 for `--help` and
 /// `--version`; 1 for a usage error of a command that talks to a running
-/// instance (`status`, `quarantine`, `release`, `reload`, `upgrade` exit
-/// 0 or 1);
+/// instance (`status`, `quarantine`, `release`, `reload`, `upgrade`,
+/// `connections`, `close`, `shed` exit 0 or 1);
 /// clap's 2 otherwise.
 fn usage_error(err: &clap::Error) -> ExitCode {
     let _ = err.print();
@@ -314,7 +388,14 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     let admin = std::env::args().skip(1).any(|a| {
         matches!(
             a.as_str(),
-            "status" | "quarantine" | "release" | "reload" | "upgrade"
+            "status"
+                | "quarantine"
+                | "release"
+                | "reload"
+                | "upgrade"
+                | "connections"
+                | "close"
+                | "shed"
         )
     });
     if admin {
@@ -385,6 +466,18 @@ enum Call {
     },
     Reload,
     Upgrade,
+    Connections {
+        wanted: admin_cli::Wanted,
+        json: bool,
+    },
+    Close {
+        conns: Vec<u64>,
+    },
+    Shed {
+        pool: String,
+        backend: String,
+        count: usize,
+    },
 }
 
 impl Call {
@@ -405,6 +498,15 @@ impl Call {
             Call::Release { pool, backend } => admin_cli::release(admin, &pool, &backend).await,
             Call::Reload => admin_cli::reload(admin).await,
             Call::Upgrade => admin_cli::upgrade(admin).await,
+            Call::Connections { wanted, json } => {
+                admin_cli::connections(admin, &wanted, json).await
+            }
+            Call::Close { conns } => admin_cli::close(admin, &conns).await,
+            Call::Shed {
+                pool,
+                backend,
+                count,
+            } => admin_cli::shed(admin, &pool, &backend, count).await,
         }
     }
 }

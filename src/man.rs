@@ -139,9 +139,10 @@ fn exit_status(roff: &mut Roff) {
         ),
         (
             1,
-            "A failure: status, quarantine, release, reload or upgrade could not \
-             reach the instance, or it refused or failed the command (a usage error \
-             of these commands exits 1 too); run stopped on an error not listed \
+            "A failure: status, quarantine, release, connections, close, shed, reload \
+             or upgrade could not reach the instance, or it refused or failed the \
+             command (close: any connection unknown; a usage error of these commands \
+             exits 1 too); run stopped on an error not listed \
              below, such as a listen address that is not on the host yet (systemd \
              retries it).",
         ),

@@ -4,7 +4,8 @@
 //! method and target go through the same `http` types hyper hands the router
 //! (what they refuse, hyper answers 400 before routing), then through
 //! `parse_request`, the pure half of the router: path, percent-decoding,
-//! method and the `?for=` window.
+//! method, the `?for=` window, the `/connections` query, connection ids
+//! and the shed's `?count=`.
 
 use std::time::Duration;
 
@@ -43,7 +44,27 @@ pub fn run(data: &[u8]) {
                 "window {window:?} out of bounds"
             );
         }
-        Ok(AdminRequest::Reload | AdminRequest::Upgrade | AdminRequest::Release { .. }) => {
+        Ok(AdminRequest::Connections(query)) => {
+            assert!(
+                method == Method::GET || method == Method::HEAD,
+                "listing served to {method}"
+            );
+            assert!(
+                (1..=10_000).contains(&query.limit),
+                "limit {} out of bounds",
+                query.limit
+            );
+        }
+        Ok(AdminRequest::Shed { count, .. }) => {
+            assert_eq!(method, Method::POST, "shed served to {method}");
+            assert!((1..=10_000).contains(&count), "count {count} out of bounds");
+        }
+        Ok(
+            AdminRequest::Reload
+            | AdminRequest::Upgrade
+            | AdminRequest::Release { .. }
+            | AdminRequest::Close { .. },
+        ) => {
             assert_eq!(method, Method::POST, "command served to {method}");
         }
         Err(refusal) => {

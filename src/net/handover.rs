@@ -46,6 +46,10 @@ pub struct ConnMeta {
     pub started: SystemTime,
     /// Where the splice stood.
     pub splice: SpliceState,
+    /// How long since it last moved a byte, in ms (0 from a process
+    /// that did not say).
+    #[serde(default)]
+    pub idle_ms: u64,
 }
 
 /// Where sessions put their handed over connections while an upgrade collects

@@ -19,7 +19,7 @@ use crate::net::source::Origin;
 use crate::net::splice;
 use crate::net::splice::SpliceState;
 use crate::pool::admission::Admission;
-use crate::pool::close::{CloseReason, Closer};
+use crate::pool::close::{CloseReason, Closer, Tick};
 use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
 
 /// Serve one accepted client until it closes, or until a live upgrade
@@ -69,6 +69,7 @@ pub fn serve(
             peer,
             via: via.as_deref().copied(),
             started,
+            closer: &closer,
         };
         ends.finish(
             out,
@@ -128,15 +129,17 @@ pub fn resume(
         via,
         started: wall,
         splice: state,
+        idle_ms,
         ..
     } = meta;
     let age = SystemTime::now().duration_since(wall).unwrap_or_default();
     let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-    let closer = Arc::new(Closer::handed(state.up.moved, state.down.moved));
+    let idle = Duration::from_millis(idle_ms);
+    let closer = Arc::new(Closer::handed(state.up.moved, state.down.moved, idle));
     let entry = ConnEntry {
-        client: peer,
         started: wall,
-        closer: closer.clone(),
+        source: backend_socket.local_addr().ok(),
+        ..ConnEntry::new(peer, closer.clone()).via(via)
     };
     let admission = (pool.upgrade().admit(peer.ip()), slot);
     let Some((lease, target)) = pool.upgrade().take_conn(conn, entry, &name, &addr) else {
@@ -179,6 +182,7 @@ pub fn resume(
             peer,
             via,
             started,
+            closer: &closer,
         };
         ends.finish(
             out,
@@ -198,6 +202,7 @@ struct Ends<'a> {
     peer: SocketAddr,
     via: Option<SocketAddr>,
     started: Instant,
+    closer: &'a Closer,
 }
 
 impl Ends<'_> {
@@ -220,6 +225,7 @@ impl Ends<'_> {
             peer,
             via,
             started,
+            ..
         } = *self;
         if let Some(state) = handed {
             match self.hand_over(state, sockets, handovers) {
@@ -274,6 +280,8 @@ impl Ends<'_> {
                     .checked_sub(age)
                     .unwrap_or(SystemTime::UNIX_EPOCH),
                 splice,
+                idle_ms: u64::try_from(Tick::now().since(self.closer.last_active()).as_millis())
+                    .unwrap_or(u64::MAX),
             },
             client: client.into_std().map_err(|e| e.to_string())?,
             backend_socket: backend.into_std().map_err(|e| e.to_string())?,
@@ -323,11 +331,7 @@ async fn open(
     started: Instant,
 ) -> Option<Leg> {
     let config = pool.config();
-    let entry = ConnEntry {
-        client: peer,
-        started: SystemTime::now(),
-        closer: closer.clone(),
-    };
+    let entry = ConnEntry::new(peer, closer.clone()).via(via);
     let (lease, target, backend) =
         match connect_some(pool, conn, (peer, via), &entry, config.connect_timeout).await {
             Ok(leg) => leg,
@@ -389,9 +393,11 @@ async fn connect_some(
                 if fell_back {
                     source_fallback(pool, &target, conn, peer);
                 }
+                // One `getsockname` per connection, for `/connections`.
+                let leg = stream.local_addr().ok().map(|source| (conn, source));
                 if pool
                     .legs()
-                    .splice_if_wanted(target.id, target.usable, &entry.closer)
+                    .splice_if_wanted(target.id, target.usable, &entry.closer, leg)
                 {
                     pool.legs().record_connect(target.id, attempt, true);
                     debug!(

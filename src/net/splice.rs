@@ -48,7 +48,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::net::pipe::{self, Pipe};
 use crate::net::sockopt;
-use crate::pool::close::{CloseReason, Closer};
+use crate::pool::close::{CloseReason, Closer, Tick};
 use crate::pool::registry::BackendStats;
 
 /// Bytes moved per read/write while a direction is busy.
@@ -361,8 +361,14 @@ impl Splice<'_> {
             };
             return Poll::Ready((reason, None));
         }
+        let moved = self.up.moved + self.down.moved != before;
+        if moved {
+            // Once per poll that moved bytes, not per read: a coarse clock
+            // read without a syscall, for `/connections`' idle time.
+            self.closer.touch(Tick::now());
+        }
         if let Some(idle) = &mut self.idle {
-            if self.up.moved + self.down.moved != before {
+            if moved {
                 idle.last = Instant::now();
             }
             if idle.poll_expired(cx).is_ready() {

@@ -69,7 +69,7 @@ async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
     let before = state.down.moved;
 
     // A new closer, as the new process makes one; the same sockets.
-    let closer = Closer::handed(state.up.moved, state.down.moved);
+    let closer = Closer::handed(state.up.moved, state.down.moved, Duration::ZERO);
     let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
     let reader = async {
         let mut got = vec![0u8; LEN];
@@ -202,7 +202,7 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
     let state = spliced.hand_over();
     assert!(!state.down.held.is_empty(), "the pipe's bytes are carried");
 
-    let closer = Closer::handed(state.up.moved, state.down.moved);
+    let closer = Closer::handed(state.up.moved, state.down.moved, Duration::ZERO);
     let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
     let reader = async {
         let mut got = vec![0u8; LEN];

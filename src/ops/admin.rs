@@ -1,6 +1,7 @@
 //! The admin HTTP endpoint (`admin.listen`): accept loop, allow-list, and the
 //! bounds that keep a slow or hostile admin client from stalling the proxy or
-//! other admin clients. The routes themselves live in `admin/routes.rs`, the
+//! other admin clients. The routes themselves live in `admin/routes.rs`
+//! (those of `/connections`, close and shed in `admin/conns.rs`), the
 //! status page at `/` in `admin/page.rs`, the refusal of cross-site
 //! commands in `admin/origin.rs`, and of a `Host` the endpoint does not
 //! answer to (DNS rebinding) in `admin/host.rs`.
@@ -17,12 +18,14 @@
 //! anything else refused with a quick 503 (or 429 for the per-source share),
 //! so a monitor always gets an answer and nothing is closed silently.
 
+mod conns;
 mod host;
 mod origin;
 mod page;
 mod routes;
 mod slots;
 
+pub use conns::{CloseAnswer, ShedAnswer};
 pub use routes::{
     AdminRequest, BackendAnswer, ErrorAnswer, REQUEST_TIMEOUT, UPGRADE_REQUEST_TIMEOUT,
     parse_request,

@@ -1,12 +1,15 @@
 //! The `status`, `quarantine`, `release`, `reload` and `upgrade` commands: requests to a running
 //! instance's admin endpoint over plain HTTP/1.1, answers turned into
 //! one-line confirmations, a table, or one-line errors. Which endpoint, and
-//! why, is `admin_cli/target.rs`; `status --watch` is `admin_cli/watch.rs`.
+//! why, is `admin_cli/instance.rs`; `status --watch` is `admin_cli/watch.rs`;
+//! `connections`, `close` and `shed` are `admin_cli/connections.rs`.
 
+mod connections;
 mod instance;
 mod table;
 mod watch;
 
+pub use connections::{Wanted, close, connections, shed};
 pub use instance::{DEFAULT_ADMIN, Instance};
 pub use watch::watch;
 
@@ -93,7 +96,7 @@ pub async fn quarantine(
     if let Some(n) = answer.draining_connections.filter(|&n| n > 0) {
         out.push_str(&format!(
             "{} will drain (closed spread over health.drain_spread; clients redial elsewhere)\n",
-            connections(n)
+            n_connections(n)
         ));
     }
     if let Some(kept) = answer.kept_connections {
@@ -111,7 +114,7 @@ pub async fn quarantine(
 }
 
 /// `1 connection`, `3 connections`.
-fn connections(n: usize) -> String {
+fn n_connections(n: usize) -> String {
     let noun = if n == 1 { "connection" } else { "connections" };
     format!("{n} {noun}")
 }
@@ -156,7 +159,7 @@ pub async fn upgrade(admin: &Instance) -> anyhow::Result<String> {
         "upgraded: pid {}, generation {}, {} handed over\n",
         done.pid,
         done.generation,
-        connections(done.connections)
+        n_connections(done.connections)
     ))
 }
 

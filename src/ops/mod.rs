@@ -1,8 +1,9 @@
 //! Operations: what an operator sees and does. The admin HTTP endpoint
 //! (the status page at `/`, `/status`, `/metrics`, `/healthz`, manual
-//! quarantine and release, reload), the Prometheus text, the control handle the endpoint and the
-//! signals share, and the `status`/`quarantine`/`release` commands of the
-//! CLI (`admin_cli`).
+//! quarantine and release, reload, `/connections` with close and shed), the
+//! Prometheus text, the control handle the endpoint and the signals share,
+//! and the `status`/`quarantine`/`release`/`connections`/`close`/`shed`
+//! commands of the CLI (`admin_cli`).
 //!
 //! Layer: reads pools through their snapshots and changes them only
 //! through `Pool` methods; may use the data path's address checks. Reload
@@ -10,6 +11,7 @@
 
 pub mod admin;
 pub mod admin_cli;
+pub mod connections;
 pub mod control;
 pub mod metrics;
 /// The `/status` document, built from the pools' snapshots.

@@ -6,6 +6,7 @@
 //! [`crate::pool::stall`]'s, and the rest through the methods here.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,7 @@ use crate::pool::drain::DrainRun;
 use crate::pool::health::BackendHealth;
 use crate::pool::node::NodeFacts;
 use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, ProbeRecord};
+use crate::pool::shed::ShedRun;
 use crate::pool::stall::Traffic;
 
 /// One backend of a pool. Everything else reads a
@@ -39,6 +41,8 @@ pub(in crate::pool) struct Backend {
     stats: Arc<BackendStats>,
     /// The drain closing its connections, while one runs.
     drain: Option<DrainRun>,
+    /// The operator's shed closing its newest connections, while one runs.
+    shed: Option<ShedRun>,
     /// What its connections received, as the stall rule samples it.
     traffic: Traffic,
     /// What the node told its last probe that could tell (services,
@@ -75,6 +79,7 @@ impl Backend {
             conns: BTreeMap::new(),
             stats: Arc::default(),
             drain: None,
+            shed: None,
             traffic: Traffic::default(),
             node: None,
             suitability: Suitability::Unjudged,
@@ -148,6 +153,14 @@ impl Backend {
         self.conns.remove(&conn);
     }
 
+    /// Connection `conn`'s backend leg is up, from the local address
+    /// `source`.
+    pub(in crate::pool) fn set_source(&mut self, conn: ConnId, source: SocketAddr) {
+        if let Some(entry) = self.conns.get_mut(&conn) {
+            entry.source = Some(source);
+        }
+    }
+
     /// Its counters.
     pub(in crate::pool) fn stats(&self) -> &Arc<BackendStats> {
         &self.stats
@@ -162,6 +175,17 @@ impl Backend {
     /// [`crate::pool::drain`]'s rules.
     pub(in crate::pool) fn drain_mut(&mut self) -> &mut Option<DrainRun> {
         &mut self.drain
+    }
+
+    /// The shed closing its newest connections, while one runs.
+    pub(in crate::pool) fn shed(&self) -> Option<&ShedRun> {
+        self.shed.as_ref()
+    }
+
+    /// The shed slot, to start, step or end one by
+    /// [`crate::pool::shed`]'s rules.
+    pub(in crate::pool) fn shed_mut(&mut self) -> &mut Option<ShedRun> {
+        &mut self.shed
     }
 
     /// What its connections received, as the stall rule samples it.

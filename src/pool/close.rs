@@ -1,7 +1,8 @@
 //! Why a connection closed, and the [`Closer`] that closes one from outside.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
 
@@ -39,11 +40,16 @@ pub enum CloseReason {
     /// logged; one that could not be handed over (`handover_missed`) is
     /// closed with this reason.
     Handover,
+    /// An operator closed this one connection (`POST /connections/{conn}/close`).
+    Admin,
+    /// An operator shed it, among its backend's newest
+    /// (`POST .../shed?count=N`).
+    Shed,
 }
 
 impl CloseReason {
     /// Every reason, in discriminant order (the first is 1).
-    pub const ALL: [CloseReason; 13] = [
+    pub const ALL: [CloseReason; 15] = [
         CloseReason::ClientClosed,
         CloseReason::BackendClosed,
         CloseReason::ClientError,
@@ -57,6 +63,8 @@ impl CloseReason {
         CloseReason::NoBackend,
         CloseReason::LocalResources,
         CloseReason::Handover,
+        CloseReason::Admin,
+        CloseReason::Shed,
     ];
 
     /// The name used in logs.
@@ -75,6 +83,8 @@ impl CloseReason {
             CloseReason::NoBackend => "no_backend",
             CloseReason::LocalResources => "local_resources",
             CloseReason::Handover => "handover",
+            CloseReason::Admin => "admin",
+            CloseReason::Shed => "shed",
         }
     }
 
@@ -95,13 +105,45 @@ impl CloseReason {
     }
 }
 
+/// A coarse reading of the system's monotonic clock in tenths of a
+/// second, wrapping: what a connection's last activity is stamped with.
+/// `CLOCK_MONOTONIC_COARSE` is read without a syscall and costs a few ns;
+/// it is the system's clock, not the process's, so a stamp carried over a
+/// live upgrade reads the same in the new process. Spans up to 13 years
+/// come out right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tick(u32);
+
+impl Tick {
+    /// Now.
+    pub fn now() -> Tick {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+        let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+        let tenths = u64::try_from(t.tv_nsec).unwrap_or(0) / 100_000_000;
+        // Wraps every 13.6 years; differences wrap with it.
+        Tick(secs.wrapping_mul(10).wrapping_add(tenths) as u32)
+    }
+
+    /// How long after `earlier` this is (to the tenth of a second).
+    pub fn since(self, earlier: Tick) -> Duration {
+        Duration::from_millis(u64::from(self.0.wrapping_sub(earlier.0)) * 100)
+    }
+
+    /// The tick `span` before this one.
+    pub fn before(self, span: Duration) -> Tick {
+        let tenths = u32::try_from(span.as_millis() / 100).unwrap_or(u32::MAX);
+        Tick(self.0.wrapping_sub(tenths))
+    }
+}
+
 /// Closes one connection from outside, with a reason for its `closed` event,
 /// and counts its bytes: the one `Arc` the session and the registry share
 /// per connection.
 ///
 /// Small on purpose (one per live connection): a state byte, a reason byte,
-/// a flag, the waker of the one task that serves the connection and two
-/// byte counters the splice adds to and snapshots read.
+/// a flag, the waker of the one task that serves the connection, two byte
+/// counters the splice adds to and snapshots read, and the [`Tick`] of its
+/// last byte (in the room the bytes left: still 48 bytes).
 #[derive(Debug, Default)]
 pub struct Closer {
     state: AtomicU8,
@@ -115,17 +157,32 @@ pub struct Closer {
     pub bytes_up: AtomicU64,
     /// Bytes backend → client on this connection.
     pub bytes_down: AtomicU64,
+    /// The [`Tick`] when it was accepted or last moved a byte.
+    active: AtomicU32,
 }
 
 const SPLICED: u8 = 1;
 const CLOSING: u8 = 2;
 
 impl Closer {
-    /// An open closer. Pool shutdown reaches it through the pool's registry
-    /// ([`Pool::stop`](crate::pool::registry::Pool::stop)), not through a token of
-    /// its own.
+    /// An open closer, active now. Pool shutdown reaches it through the
+    /// pool's registry ([`Pool::stop`](crate::pool::registry::Pool::stop)),
+    /// not through a token of its own.
     pub fn new() -> Closer {
-        Closer::default()
+        let closer = Closer::default();
+        closer.touch(Tick::now());
+        closer
+    }
+
+    /// Bytes moved at `now` (the splice says so once per poll that moved
+    /// any, not per byte).
+    pub fn touch(&self, now: Tick) {
+        self.active.store(now.0, Ordering::Relaxed);
+    }
+
+    /// When it was accepted or last moved a byte.
+    pub fn last_active(&self) -> Tick {
+        Tick(self.active.load(Ordering::Relaxed))
     }
 
     /// The backend leg is up and bytes flow: from now on drain and
@@ -147,13 +204,15 @@ impl Closer {
     }
 
     /// A closer for a connection handed over by another process, with
-    /// the bytes it had moved there.
-    pub fn handed(bytes_up: u64, bytes_down: u64) -> Closer {
-        Closer {
+    /// the bytes it had moved there and how long it had been idle.
+    pub fn handed(bytes_up: u64, bytes_down: u64, idle: Duration) -> Closer {
+        let closer = Closer {
             bytes_up: AtomicU64::new(bytes_up),
             bytes_down: AtomicU64::new(bytes_down),
             ..Closer::default()
-        }
+        };
+        closer.touch(Tick::now().before(idle));
+        closer
     }
 
     /// Ask the connection to close; the first reason given wins.
@@ -258,9 +317,33 @@ mod tests {
     }
 
     /// One per live connection: the reason takes a byte, not a slot; the
-    /// byte counters take two words.
+    /// byte counters take two words; the activity stamp fits beside the
+    /// bytes of state.
     #[test]
     fn a_closer_stays_small() {
         assert!(std::mem::size_of::<Closer>() <= 48);
+    }
+
+    #[test]
+    fn ticks_count_tenths_and_wrap() {
+        let a = Tick(u32::MAX - 4);
+        let b = Tick(5);
+        assert_eq!(b.since(a), Duration::from_millis(1000));
+        assert_eq!(
+            b.before(Duration::from_millis(1050)),
+            Tick(u32::MAX - 4),
+            "tenths, rounded down"
+        );
+        let now = Tick::now();
+        assert!(Tick::now().since(now) < Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_handed_closer_keeps_its_idle_time() {
+        let closer = Closer::handed(1, 2, Duration::from_secs(30));
+        let idle = Tick::now().since(closer.last_active());
+        assert!(idle >= Duration::from_secs(30), "{idle:?}");
+        assert!(idle < Duration::from_secs(90), "{idle:?}");
+        assert!(Tick::now().since(Closer::new().last_active()) < Duration::from_secs(60));
     }
 }

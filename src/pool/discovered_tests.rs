@@ -57,15 +57,11 @@ fn names(pool: &Pool) -> Vec<String> {
 /// A spliced connection on the backend selection picks.
 fn connect(pool: &Arc<Pool>, id: u64) -> (Arc<Closer>, Lease, String) {
     let closer = Arc::new(Closer::new());
-    let entry = ConnEntry {
-        client: "127.0.0.1:5".parse().unwrap(),
-        started: SystemTime::now(),
-        closer: closer.clone(),
-    };
+    let entry = ConnEntry::new("127.0.0.1:5".parse().unwrap(), closer.clone());
     let (lease, target) = pool.legs().reserve(id, entry, &[]).unwrap();
     assert!(
         pool.legs()
-            .splice_if_wanted(target.id, target.usable, &closer)
+            .splice_if_wanted(target.id, target.usable, &closer, None)
     );
     (closer, lease, target.config.name.clone())
 }

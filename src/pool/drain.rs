@@ -138,11 +138,12 @@ impl<'a> Drains<'a> {
         self.pool.drain(&mut m, &config);
     }
 
-    /// Close the connections of running drains that are due at `now`, and
-    /// end the drains that are done or whose backend is back. Returns when
-    /// the next close is due; `None` when none is scheduled (nothing
-    /// drains, or every drain waits for a peer to become usable or for a
-    /// connecting client): [`Drains::woken`] fires when that changes.
+    /// Close the connections of running drains and sheds
+    /// ([`crate::pool::shed`]) that are due at `now`, and end the drains
+    /// that are done or whose backend is back. Returns when the next close
+    /// is due; `None` when none is scheduled (nothing drains or sheds, or
+    /// every drain waits for a peer to become usable or for a connecting
+    /// client): [`Drains::woken`] fires when that changes.
     pub fn step(&self, now: Instant) -> Option<Instant> {
         let config = self.pool.config();
         let mut m = self.pool.backends();
@@ -195,8 +196,9 @@ impl Pool {
         self.settle(m, config, now);
     }
 
-    /// Close what is due, announce the drains that go on, wake the drain
-    /// task to wait for their next deadline. Under the pool lock.
+    /// Close what is due (drains and sheds), announce the drains that go
+    /// on, wake the drain task to wait for their next deadline. Under the
+    /// pool lock.
     pub(in crate::pool) fn settle(&self, m: &mut Members, config: &PoolConfig, now: Instant) {
         self.step_locked(m, config, now);
         for b in m.active.iter_mut().chain(m.leaving.iter_mut()) {
@@ -219,6 +221,7 @@ impl Pool {
         let any_usable = m.active.iter().any(|b| b.health().is_usable());
         let mut next: Option<Instant> = None;
         for b in &mut m.active {
+            next = earliest(next, self.advance_shed(b, now));
             if b.drain().is_none() {
                 continue;
             }
@@ -229,6 +232,7 @@ impl Pool {
             next = earliest(next, self.advance(b, any_usable, now));
         }
         for b in &mut m.leaving {
+            next = earliest(next, self.advance_shed(b, now));
             next = earliest(next, self.advance(b, any_usable, now));
         }
         m.leaving

@@ -7,7 +7,7 @@
 //! advances the paused clock to the deadline it returns.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::{self, Instant};
 use tokio_util::sync::CancellationToken;
@@ -78,16 +78,12 @@ impl Bench {
     fn arrive(&mut self, tried: &[BackendId]) -> ConnId {
         let id = self.conns.len() as ConnId + 1;
         let closer = Arc::new(Closer::new());
-        let entry = ConnEntry {
-            client: "127.0.0.1:5".parse().unwrap(),
-            started: SystemTime::now(),
-            closer: closer.clone(),
-        };
+        let entry = ConnEntry::new("127.0.0.1:5".parse().unwrap(), closer.clone());
         let (lease, target) = self.pool.legs().reserve(id, entry, tried).unwrap();
         assert!(
             self.pool
                 .legs()
-                .splice_if_wanted(target.id, target.usable, &closer)
+                .splice_if_wanted(target.id, target.usable, &closer, None)
         );
         self.conns.push(Conn {
             id,

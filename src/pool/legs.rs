@@ -5,7 +5,7 @@
 //! [`crate::pool::health`], applied under the pool lock as a probe report is
 //! ([`crate::pool::apply`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -16,6 +16,7 @@ use crate::pool::admission::source_of;
 use crate::pool::backend::Backend;
 use crate::pool::close::{CloseReason, Closer};
 use crate::pool::health::{Effect, Policy};
+use crate::pool::members::Members;
 use crate::pool::node;
 use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, Lease, Pool, Target};
 use crate::pool::saved::kept;
@@ -73,15 +74,18 @@ impl Legs<'_> {
     /// serve the pool's clients: then false, and the client should go
     /// elsewhere. Under the pool lock, as drains are: a drain
     /// either came first (false here) or sees the connection spliced and
-    /// closes it, so no client lands on a drained backend.
+    /// closes it, so no client lands on a drained backend. `leg`, the
+    /// connection's id and the local address of its backend leg, is
+    /// recorded for `/connections` in the same critical section.
     pub fn splice_if_wanted(
         &self,
         backend: BackendId,
         chosen_usable: bool,
         closer: &Closer,
+        leg: Option<(ConnId, SocketAddr)>,
     ) -> bool {
         let strict = node::strict(&self.pool.config().health);
-        let m = self.pool.backends();
+        let mut m = self.pool.backends();
         let usable = |b: &Backend| b.health().is_usable();
         let wanted =
             m.active.iter().any(|b| b.id() == backend && usable(b)) || !m.active.iter().any(usable);
@@ -94,6 +98,15 @@ impl Legs<'_> {
             return false;
         }
         closer.set_spliced();
+        if let Some((conn, source)) = leg {
+            let Members {
+                active, leaving, ..
+            } = &mut *m;
+            let mut on = active.iter_mut().chain(leaving.iter_mut());
+            if let Some(b) = on.find(|b| b.id() == backend) {
+                b.set_source(conn, source);
+            }
+        }
         if self.pool.handing_over.load(Ordering::Relaxed) {
             closer.close(CloseReason::Handover);
         } else if m.any_draining(backend) {

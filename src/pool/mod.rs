@@ -8,7 +8,7 @@
 //! `Pool` itself starts, reconfigures and stops; each role is a small
 //! handle in the file that owns its state (`pool.gate()`, `legs()`,
 //! `probing()`, `operator()`, `drains()`, `rebalance()`, `discovery()`,
-//! `upgrade()`, `saved()`, `view()`). The backends' state is visible only
+//! `upgrade()`, `saved()`, `view()`, `connections()`). The backends' state is visible only
 //! inside this folder, each part changed by its owner's methods
 //! ([`backend`]); readers take a [`snapshot`](snapshot::PoolSnapshot)
 //! (`/status` is built from one).
@@ -19,6 +19,7 @@ pub mod admission;
 pub mod apply;
 pub mod backend;
 pub mod close;
+pub mod connections;
 pub mod discovered;
 pub mod drain;
 pub mod fold;
@@ -37,6 +38,7 @@ pub mod registry;
 pub mod report;
 pub mod saved;
 pub mod select;
+pub mod shed;
 pub mod snapshot;
 pub mod stall;
 pub mod tally;

@@ -51,7 +51,8 @@ impl Pool {
         Operator { pool: self }
     }
 
-    fn by_name<'a>(
+    /// The backend named `name` of `backends`.
+    pub(in crate::pool) fn by_name<'a>(
         &self,
         backends: &'a mut [Backend],
         name: &str,

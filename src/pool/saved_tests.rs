@@ -129,11 +129,7 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
     };
     assert_eq!(pool.saved().restore(&[record], SystemTime::now()), 1);
     for conn in 0..3 {
-        let entry = ConnEntry {
-            client: "127.0.0.1:5".parse().unwrap(),
-            started: SystemTime::now(),
-            closer: Arc::new(Closer::new()),
-        };
+        let entry = ConnEntry::new("127.0.0.1:5".parse().unwrap(), Arc::new(Closer::new()));
         let (_lease, target) = pool.legs().reserve(conn, entry, &[]).unwrap();
         assert_ne!(target.config.name, "a", "client {conn} sent to a");
     }

@@ -389,9 +389,8 @@ mod tests {
         let pool = pool();
         let started = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let entry = ConnEntry {
-            client: "192.0.2.7:40001".parse().unwrap(),
             started,
-            closer: Arc::new(Closer::new()),
+            ..ConnEntry::new("192.0.2.7:40001".parse().unwrap(), Arc::new(Closer::new()))
         };
         let (_lease, target) = pool.legs().reserve(42, entry.clone(), &[]).unwrap();
         entry.closer.bytes_up.fetch_add(100, Ordering::Relaxed);
@@ -399,7 +398,7 @@ mod tests {
         target.stats.bytes_up.fetch_add(100, Ordering::Relaxed);
         assert!(
             pool.legs()
-                .splice_if_wanted(target.id, target.usable, &entry.closer)
+                .splice_if_wanted(target.id, target.usable, &entry.closer, None)
         );
 
         let snap = pool.view().snapshot();
@@ -471,11 +470,7 @@ mod tests {
         pool.operator()
             .quarantine("a", Duration::from_secs(60))
             .unwrap();
-        let entry = ConnEntry {
-            client: "192.0.2.7:40001".parse().unwrap(),
-            started: SystemTime::now(),
-            closer: Arc::new(Closer::new()),
-        };
+        let entry = ConnEntry::new("192.0.2.7:40001".parse().unwrap(), Arc::new(Closer::new()));
         let (_lease, _) = pool.legs().reserve(1, entry, &[]).unwrap();
         let snap = pool.view().snapshot();
         let json = serde_json::to_string(&snap).unwrap();

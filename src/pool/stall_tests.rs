@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::{self, Instant};
 use tokio_util::sync::CancellationToken;
@@ -47,16 +47,12 @@ fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
         .map(|(id, _)| id)
         .collect();
     let closer = Arc::new(Closer::new());
-    let entry = ConnEntry {
-        client: "127.0.0.1:5".parse().unwrap(),
-        started: SystemTime::now(),
-        closer: closer.clone(),
-    };
+    let entry = ConnEntry::new("127.0.0.1:5".parse().unwrap(), closer.clone());
     let (lease, target) = pool.legs().reserve(id, entry, &avoid).unwrap();
     assert_eq!(target.config.name, on);
     assert!(
         pool.legs()
-            .splice_if_wanted(target.id, target.usable, &closer)
+            .splice_if_wanted(target.id, target.usable, &closer, None)
     );
     Conn {
         closer,

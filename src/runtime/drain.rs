@@ -31,7 +31,7 @@ pub async fn run(pool: Arc<Pool>) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
+    use std::time::Duration;
 
     use tokio_util::sync::CancellationToken;
 
@@ -54,15 +54,11 @@ mod tests {
         let mut on_a = Vec::new();
         for id in 1..=8 {
             let closer = Arc::new(Closer::new());
-            let entry = ConnEntry {
-                client: "127.0.0.1:5".parse().unwrap(),
-                started: SystemTime::now(),
-                closer: closer.clone(),
-            };
+            let entry = ConnEntry::new("127.0.0.1:5".parse().unwrap(), closer.clone());
             let (lease, target) = pool.legs().reserve(id, entry, &[]).unwrap();
             assert!(
                 pool.legs()
-                    .splice_if_wanted(target.id, target.usable, &closer)
+                    .splice_if_wanted(target.id, target.usable, &closer, None)
             );
             if target.config.name == "a" {
                 on_a.push(closer);

@@ -2,7 +2,9 @@
 //! `/status` and `/metrics` with real traffic, maintenance and reload here;
 //! error answers in `admin/errors.rs`; connection bounds under hostile load
 //! in `admin/bounds.rs`; `pin-proxy
-//! status|quarantine|release` in `admin/cli.rs`; the status page's headers
+//! status|quarantine|release` in `admin/cli.rs`; what `/connections` costs
+//! at 9,000 connections (ignored, prints figures) in
+//! `admin/connections_cost.rs`; the status page's headers
 //! and the refusal of cross-site commands in `admin/page.rs`, the page in a
 //! real browser in `admin/browser.rs`, the `Host` rule against DNS
 //! rebinding in `admin/hosts.rs`. Their harness: `support::admin_http`
@@ -15,6 +17,8 @@ mod bounds;
 mod browser;
 #[path = "admin/cli.rs"]
 mod cli;
+#[path = "admin/connections_cost.rs"]
+mod connections_cost;
 #[path = "admin/errors.rs"]
 mod errors;
 #[path = "admin/hosts.rs"]

@@ -6,6 +6,7 @@
 mod support;
 
 mod banned;
+mod connections;
 mod electrum_liar;
 mod electrumx;
 mod facts;

@@ -1,4 +1,4 @@
-//! Waits on the admin documents: `/status` or `/metrics` read again every
+//! Waits on the admin documents: `/status`, `/metrics` or `/connections` read again every
 //! [`POLL`] until a condition holds. The timeout panic shows the last
 //! answer, so a failed wait says what the proxy reported instead.
 
@@ -57,6 +57,24 @@ pub async fn wait_metrics<R>(
     f: impl FnMut(&Metrics) -> Option<R>,
 ) -> R {
     poll(|| admin_http::metrics(admin), "/metrics", what, timeout, f).await
+}
+
+/// Read `GET /connections?query` from the admin endpoint at `admin` until
+/// `f` gives an answer; that answer. Panics naming `what`, with the last
+/// listing, after `timeout`.
+pub async fn wait_connections<R>(
+    admin: SocketAddr,
+    query: &str,
+    what: &str,
+    timeout: Duration,
+    f: impl FnMut(&Value) -> Option<R>,
+) -> R {
+    let read = || async move {
+        let answer = admin_http::request(admin, "GET", &format!("/connections?{query}")).await;
+        assert_eq!(answer.status, 200, "{query}: {}", answer.body);
+        answer.json()
+    };
+    poll(read, "/connections", what, timeout, f).await
 }
 
 /// Read a `document` with `read` every [`POLL`] until `f` gives an answer.

@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use pin_proxy::config::{Config, PoolConfig};
 use pin_proxy::pool::close::Closer;
@@ -62,11 +62,10 @@ fn main() {
 fn measure(backends: usize, conns: usize, budget: Duration) -> [f64; 6] {
     let token = CancellationToken::new();
     let pool = Arc::new(Pool::new(pool_config(backends), token.clone()));
-    let entry = ConnEntry {
-        client: SocketAddr::from(([127, 0, 0, 1], 40000)),
-        started: SystemTime::now(),
-        closer: Arc::new(Closer::new()),
-    };
+    let entry = ConnEntry::new(
+        SocketAddr::from(([127, 0, 0, 1], 40000)),
+        Arc::new(Closer::new()),
+    );
     // Least-used selection spreads them evenly: the pool is balanced.
     let held: Vec<Lease> = (0..conns as u64)
         .map(|id| {

@@ -19,8 +19,14 @@ _pin__proxy() {
             pin__proxy,check)
                 cmd="pin__proxy__subcmd__check"
                 ;;
+            pin__proxy,close)
+                cmd="pin__proxy__subcmd__close"
+                ;;
             pin__proxy,completions)
                 cmd="pin__proxy__subcmd__completions"
+                ;;
+            pin__proxy,connections)
+                cmd="pin__proxy__subcmd__connections"
                 ;;
             pin__proxy,demo)
                 cmd="pin__proxy__subcmd__demo"
@@ -43,6 +49,9 @@ _pin__proxy() {
             pin__proxy,run)
                 cmd="pin__proxy__subcmd__run"
                 ;;
+            pin__proxy,shed)
+                cmd="pin__proxy__subcmd__shed"
+                ;;
             pin__proxy,status)
                 cmd="pin__proxy__subcmd__status"
                 ;;
@@ -52,8 +61,14 @@ _pin__proxy() {
             pin__proxy__subcmd__help,check)
                 cmd="pin__proxy__subcmd__help__subcmd__check"
                 ;;
+            pin__proxy__subcmd__help,close)
+                cmd="pin__proxy__subcmd__help__subcmd__close"
+                ;;
             pin__proxy__subcmd__help,completions)
                 cmd="pin__proxy__subcmd__help__subcmd__completions"
+                ;;
+            pin__proxy__subcmd__help,connections)
+                cmd="pin__proxy__subcmd__help__subcmd__connections"
                 ;;
             pin__proxy__subcmd__help,demo)
                 cmd="pin__proxy__subcmd__help__subcmd__demo"
@@ -76,6 +91,9 @@ _pin__proxy() {
             pin__proxy__subcmd__help,run)
                 cmd="pin__proxy__subcmd__help__subcmd__run"
                 ;;
+            pin__proxy__subcmd__help,shed)
+                cmd="pin__proxy__subcmd__help__subcmd__shed"
+                ;;
             pin__proxy__subcmd__help,status)
                 cmd="pin__proxy__subcmd__help__subcmd__status"
                 ;;
@@ -89,7 +107,7 @@ _pin__proxy() {
 
     case "${cmd}" in
         pin__proxy)
-            opts="-c -h -V --config --help --version run check status quarantine release reload upgrade demo completions man help"
+            opts="-c -h -V --config --help --version run check status quarantine release connections close shed reload upgrade demo completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -132,6 +150,32 @@ _pin__proxy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pin__proxy__subcmd__close)
+            opts="-c -h -V --admin --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --admin)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pin__proxy__subcmd__completions)
             opts="-h -V --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -139,6 +183,48 @@ _pin__proxy() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pin__proxy__subcmd__connections)
+            opts="-c -h -V --pool --backend --client --limit --json --admin --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --pool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --admin)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -161,7 +247,7 @@ _pin__proxy() {
             return 0
             ;;
         pin__proxy__subcmd__help)
-            opts="run check status quarantine release reload upgrade demo completions man help"
+            opts="run check status quarantine release connections close shed reload upgrade demo completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -188,7 +274,35 @@ _pin__proxy() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pin__proxy__subcmd__help__subcmd__close)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pin__proxy__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pin__proxy__subcmd__help__subcmd__connections)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -287,6 +401,20 @@ _pin__proxy() {
             return 0
             ;;
         pin__proxy__subcmd__help__subcmd__run)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pin__proxy__subcmd__help__subcmd__shed)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -431,6 +559,32 @@ _pin__proxy() {
                 return 0
             fi
             case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pin__proxy__subcmd__shed)
+            opts="-c -h -V --admin --config --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --admin)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

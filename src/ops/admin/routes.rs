@@ -13,15 +13,18 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::conns;
 use super::host;
 use super::origin;
 use super::page::Page;
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
+use crate::ops::connections::ConnQuery;
 use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
 use crate::ops::status::{BackendStatus, QuarantineStatus};
 use crate::pool::admission::Refusal;
 use crate::pool::health::MAX_MANUAL_WINDOW;
+use crate::pool::registry::ConnId;
 
 /// Largest request body accepted (bodies are ignored, but must end).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -81,14 +84,14 @@ pub struct ErrorAnswer {
     pub error: String,
 }
 
-type Answer = Response<Full<Bytes>>;
+pub(super) type Answer = Response<Full<Bytes>>;
 
 /// A request that could not be served, as an HTTP status and a message.
 #[derive(Debug)]
-struct Fail(StatusCode, String);
+pub(super) struct Fail(pub(super) StatusCode, pub(super) String);
 
 impl Fail {
-    fn new(status: StatusCode, msg: impl Into<String>) -> Fail {
+    pub(super) fn new(status: StatusCode, msg: impl Into<String>) -> Fail {
         Fail(status, msg.into())
     }
 }
@@ -104,6 +107,9 @@ enum Route {
     Upgrade,
     Quarantine { pool: String, backend: String },
     Release { pool: String, backend: String },
+    Shed { pool: String, backend: String },
+    Connections,
+    Close { conn: String },
 }
 
 impl Route {
@@ -117,6 +123,10 @@ impl Route {
             ["healthz"] => Route::Healthz,
             ["reload"] => Route::Reload,
             ["upgrade"] => Route::Upgrade,
+            ["connections"] => Route::Connections,
+            ["connections", conn, "close"] => Route::Close {
+                conn: decode(conn)?,
+            },
             // A discovered backend's name holds a `/` (`ltc/10.0.0.1:9333`):
             // everything between `backends` and the action is the name,
             // sent as it is or percent-encoded.
@@ -125,6 +135,7 @@ impl Route {
                 match *action {
                     "quarantine" => Route::Quarantine { pool, backend },
                     "release" => Route::Release { pool, backend },
+                    "shed" => Route::Shed { pool, backend },
                     _ => return Ok(None),
                 }
             }
@@ -135,16 +146,21 @@ impl Route {
 
     fn allow(&self) -> &'static str {
         match self {
-            Route::Page | Route::Status | Route::Metrics | Route::Healthz => "GET, HEAD",
-            Route::Reload | Route::Upgrade | Route::Quarantine { .. } | Route::Release { .. } => {
-                "POST"
+            Route::Page | Route::Status | Route::Metrics | Route::Healthz | Route::Connections => {
+                "GET, HEAD"
             }
+            Route::Reload
+            | Route::Upgrade
+            | Route::Quarantine { .. }
+            | Route::Release { .. }
+            | Route::Shed { .. }
+            | Route::Close { .. } => "POST",
         }
     }
 
     fn accepts(&self, method: &Method) -> bool {
         match self {
-            Route::Page | Route::Status | Route::Metrics | Route::Healthz => {
+            Route::Page | Route::Status | Route::Metrics | Route::Healthz | Route::Connections => {
                 method == Method::GET || method == Method::HEAD
             }
             _ => method == Method::POST,
@@ -183,6 +199,22 @@ pub enum AdminRequest {
         /// Backend name (percent-decoded).
         backend: String,
     },
+    /// `GET /connections?pool=&backend=&client=&limit=`.
+    Connections(ConnQuery),
+    /// `POST /connections/{conn}/close`.
+    Close {
+        /// The connection's id.
+        conn: ConnId,
+    },
+    /// `POST /pools/{pool}/backends/{backend}/shed?count=N`.
+    Shed {
+        /// Pool name (percent-decoded).
+        pool: String,
+        /// Backend name (percent-decoded).
+        backend: String,
+        /// How many of its newest connections, at least 1.
+        count: usize,
+    },
 }
 
 /// Why a request is refused before it runs.
@@ -196,8 +228,9 @@ pub struct RouteError {
     pub allow: Option<&'static str>,
 }
 
-/// Route a request: unknown path 404, bad path encoding or `?for=` 400,
-/// wrong method 405. Pure: no state is read or changed.
+/// Route a request: unknown path 404, bad path encoding, `?for=`,
+/// `/connections` query, connection id or `?count=` 400, wrong method 405.
+/// Pure: no state is read or changed.
 ///
 /// # Errors
 /// The [`RouteError`] to send.
@@ -231,6 +264,17 @@ pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, 
             window: window(uri.query().unwrap_or("")).map_err(refuse)?,
         },
         Route::Release { pool, backend } => AdminRequest::Release { pool, backend },
+        Route::Connections => {
+            AdminRequest::Connections(conns::query(uri.query().unwrap_or("")).map_err(refuse)?)
+        }
+        Route::Close { conn } => AdminRequest::Close {
+            conn: conns::conn_id(&conn).map_err(refuse)?,
+        },
+        Route::Shed { pool, backend } => AdminRequest::Shed {
+            pool,
+            backend,
+            count: conns::count(uri.query().unwrap_or("")).map_err(refuse)?,
+        },
     })
 }
 
@@ -423,6 +467,13 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
             answer.released = Some(released);
             json(StatusCode::OK, &answer)
         }
+        AdminRequest::Connections(query) => conns::list(&ctx.control, &query),
+        AdminRequest::Close { conn } => conns::close(&ctx.control, conn),
+        AdminRequest::Shed {
+            pool,
+            backend,
+            count,
+        } => conns::shed(&ctx.control, &pool, &backend, count),
     }
 }
 
@@ -507,7 +558,7 @@ fn find_pool(ctx: &Ctx, name: &str) -> Result<std::sync::Arc<crate::pool::regist
         .ok_or_else(|| Fail::new(StatusCode::NOT_FOUND, format!("no pool {name}")))
 }
 
-fn not_found(e: impl std::fmt::Display) -> Fail {
+pub(super) fn not_found(e: impl std::fmt::Display) -> Fail {
     Fail::new(StatusCode::NOT_FOUND, e.to_string())
 }
 
@@ -539,7 +590,7 @@ fn backend_answer(ctx: &Ctx, pool: String, backend: &str) -> Result<BackendAnswe
     })
 }
 
-fn json(status: StatusCode, value: &impl Serialize) -> Result<Answer, Fail> {
+pub(super) fn json(status: StatusCode, value: &impl Serialize) -> Result<Answer, Fail> {
     let mut body = serde_json::to_vec_pretty(value).map_err(|e| {
         Fail::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -556,7 +607,7 @@ fn error(Fail(status, msg): Fail) -> Answer {
     answer(status, "application/json", body.into())
 }
 
-fn answer(status: StatusCode, content_type: &'static str, body: Bytes) -> Answer {
+pub(super) fn answer(status: StatusCode, content_type: &'static str, body: Bytes) -> Answer {
     let mut answer = Response::new(Full::new(body));
     *answer.status_mut() = status;
     answer

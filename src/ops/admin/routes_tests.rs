@@ -81,3 +81,41 @@ fn window_needs_a_positive_bounded_duration() {
         );
     }
 }
+
+#[test]
+fn the_connection_routes_parse_their_ids_counts_and_queries() {
+    let parse = |method: Method, target: &str| parse_request(&method, &target.parse().unwrap());
+    match parse(Method::GET, "/connections?backend=a&limit=5") {
+        Ok(AdminRequest::Connections(q)) => {
+            assert_eq!((q.backend.as_deref(), q.limit), (Some("a"), 5));
+        }
+        other => panic!("not a listing: {other:?}"),
+    }
+    assert!(matches!(
+        parse(Method::HEAD, "/connections"),
+        Ok(AdminRequest::Connections(_))
+    ));
+    assert_eq!(
+        parse(Method::POST, "/connections/7/close").ok(),
+        Some(AdminRequest::Close { conn: 7 })
+    );
+    assert_eq!(
+        parse(
+            Method::POST,
+            "/pools/p/backends/ltc/127.0.0.1:9333/shed?count=2"
+        )
+        .ok(),
+        Some(AdminRequest::Shed {
+            pool: "p".into(),
+            backend: "ltc/127.0.0.1:9333".into(),
+            count: 2
+        })
+    );
+    let refused = |method, target| parse(method, target).err().map(|e| e.status.as_u16());
+    assert_eq!(refused(Method::GET, "/connections/7/close"), Some(405));
+    assert_eq!(refused(Method::POST, "/connections"), Some(405));
+    assert_eq!(refused(Method::POST, "/connections/seven/close"), Some(400));
+    assert_eq!(refused(Method::GET, "/connections?limit=0"), Some(400));
+    assert_eq!(refused(Method::POST, "/pools/p/backends/a/shed"), Some(400));
+    assert_eq!(refused(Method::POST, "/connections/7"), Some(404));
+}

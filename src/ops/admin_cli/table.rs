@@ -49,24 +49,7 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
     let mut rows = vec![HEADER.map(str::to_owned)];
     let best = best_height(pool);
     rows.extend(pool.backends.iter().map(|b| row(b, pool, best, now)));
-    let widths: Vec<usize> = (0..HEADER.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        let cells: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .zip(RIGHT)
-            .map(|((cell, &w), right)| {
-                if right {
-                    format!("{cell:>w$}")
-                } else {
-                    format!("{cell:<w$}")
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
-    }
+    aligned(out, &rows, &RIGHT);
     for b in &pool.backends {
         if let Some(node) = &b.node {
             let _ = writeln!(out, "  node {}: {node}", b.name);
@@ -90,6 +73,30 @@ fn pool_block(out: &mut String, pool: &PoolStatus, now: SystemTime) {
             "  discovered {} from {}: {} members, {last}",
             d.name, d.query, d.members
         );
+    }
+}
+
+/// `rows` (the header first) in columns, each as wide as its widest
+/// cell, aligned right where `right` says, indented by two spaces.
+pub(super) fn aligned<const N: usize>(out: &mut String, rows: &[[String; N]], right: &[bool; N]) {
+    let widths: Vec<usize> = (0..N)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .zip(right)
+            .map(|((cell, &w), &right)| {
+                if right {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "  {}", cells.join("  ").trim_end());
     }
 }
 
@@ -222,7 +229,7 @@ fn age(from: SystemTime, to: SystemTime) -> String {
 }
 
 /// `812 B`, `1.5 KiB`, `3.2 GiB`.
-fn bytes(n: u64) -> String {
+pub(super) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
         return format!("{n} B");

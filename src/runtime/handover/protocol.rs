@@ -182,6 +182,7 @@ mod tests {
             via: Some("10.0.0.1:40000".parse().unwrap()),
             started: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
             splice,
+            idle_ms: 61_500,
         };
         let json = serde_json::to_vec(&[&conn]).unwrap();
         let back: Vec<ConnMeta> = serde_json::from_slice(&json).unwrap();

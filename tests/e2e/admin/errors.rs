@@ -24,6 +24,11 @@ async fn unknown_pool_backend_or_path_is_404_with_a_json_error() {
             "/pools/p/backends/nope/release",
             "pool p has no backend nope; it has a, b",
         ),
+        (
+            "/pools/p/backends/nope/shed?count=1",
+            "pool p has no backend nope; it has a, b",
+        ),
+        ("/connections/12345/close", "no connection 12345"),
     ];
     for (path, want) in cases {
         let answer = request(admin, "POST", path).await;
@@ -33,6 +38,47 @@ async fn unknown_pool_backend_or_path_is_404_with_a_json_error() {
     let answer = request(admin, "GET", "/no/such/route").await;
     assert_eq!(answer.status, 404);
     assert!(!answer.error().is_empty());
+    for (path, want) in [
+        ("/connections?pool=nope", "no pool nope"),
+        (
+            "/connections?pool=p&backend=nope",
+            "pool p has no backend nope; it has a, b",
+        ),
+        ("/connections?backend=nope", "no pool has a backend nope"),
+    ] {
+        let answer = request(admin, "GET", path).await;
+        assert_eq!(answer.status, 404, "{path}: {}", answer.body);
+        assert_eq!(answer.error(), want, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_connection_queries_ids_and_counts_are_400() {
+    let (_proxy, admin, _nodes) = two_echo(false).await;
+    for (method, path, want) in [
+        ("GET", "/connections?limit=0", "bad limit"),
+        ("GET", "/connections?limit=10001", "from 1 to 10000"),
+        (
+            "GET",
+            "/connections?limit=184467440737095516160",
+            "bad limit",
+        ),
+        ("GET", "/connections?client=10.0.0.0/40", "bad client"),
+        ("GET", "/connections?client=%ff", "bad client"),
+        ("GET", "/connections?nope=1", "unknown parameter"),
+        ("POST", "/connections/-1/close", "bad connection id"),
+        ("POST", "/connections/%ff/close", "not valid UTF-8"),
+        ("POST", "/pools/p/backends/a/shed", "missing count"),
+        ("POST", "/pools/p/backends/a/shed?count=0", "bad count"),
+        ("POST", "/pools/p/backends/a/shed?count=1e3", "bad count"),
+    ] {
+        let answer = request(admin, method, path).await;
+        assert_eq!(answer.status, 400, "{path}: {}", answer.body);
+        assert!(answer.error().contains(want), "{path}: {}", answer.body);
+    }
+    let listing = request(admin, "GET", "/connections").await;
+    assert_eq!(listing.status, 200, "{}", listing.body);
+    assert_eq!(listing.json()["total"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,6 +113,9 @@ async fn wrong_method_is_405_with_allow() {
         ("GET", "/reload", "POST"),
         ("GET", "/pools/p/backends/a/quarantine?for=1m", "POST"),
         ("PUT", "/pools/p/backends/a/release", "POST"),
+        ("GET", "/pools/p/backends/a/shed?count=1", "POST"),
+        ("GET", "/connections/1/close", "POST"),
+        ("POST", "/connections", "GET, HEAD"),
     ];
     for (method, path, allow) in cases {
         let answer = request(admin, method, path).await;

@@ -64,6 +64,8 @@ async fn commands_from_another_site_are_refused_and_change_nothing() {
         for path in [
             quarantine,
             "/pools/p/backends/a/release",
+            "/pools/p/backends/a/shed?count=1",
+            "/connections/1/close",
             "/reload",
             "/upgrade",
         ] {
