@@ -7,8 +7,8 @@ use std::net::TcpStream;
 
 use serde_json::{Value, json};
 
-use super::{Fixture, answers_ping, sees_close};
 use crate::support::chromium::Chromium;
+use crate::support::connections::{Fixture, T, answers_ping, sees_close};
 use crate::support::status_page::{PAGE, result_with, row};
 
 /// Script for the connections shown under the row of `pool`/`backend`.
@@ -98,10 +98,7 @@ async fn the_page_lists_a_backends_connections_and_closes_one() {
     assert_eq!(left, json!([ids[2], ids[1]]));
     let closed = f
         .proxy
-        .wait_event(
-            |e| e["message"] == "closed" && e["conn"] == ids[0],
-            super::T,
-        )
+        .wait_event(|e| e["message"] == "closed" && e["conn"] == ids[0], T)
         .await;
     assert_eq!(closed["reason"], "admin", "{closed}");
     for (client, _) in &mut clients[1..] {

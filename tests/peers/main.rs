@@ -7,6 +7,7 @@ mod support;
 
 mod banned;
 mod connections;
+mod connections_page;
 mod electrum_liar;
 mod electrumx;
 mod facts;

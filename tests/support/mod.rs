@@ -8,6 +8,7 @@ pub mod admin_wait;
 pub mod blockbook;
 pub mod chromium;
 pub mod cli;
+pub mod connections;
 pub mod discovery;
 pub mod dns;
 pub mod dnsmasq;
