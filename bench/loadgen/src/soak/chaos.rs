@@ -3,7 +3,7 @@
 //! checks that account for every close.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -152,10 +152,13 @@ impl Backend {
     }
 }
 
-/// Processes whose command line mentions `marker` (the soak's scratch
-/// directory): after the soak, none may be left.
-pub fn processes_mentioning(marker: &Path) -> Vec<u32> {
-    let marker = marker.to_string_lossy().into_owned();
+/// Processes whose command line mentions one of `markers` (the soak's
+/// config files): after the soak, none may be left.
+pub fn processes_mentioning(markers: &[PathBuf]) -> Vec<u32> {
+    let markers: Vec<String> = markers
+        .iter()
+        .map(|m| m.to_string_lossy().into_owned())
+        .collect();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -164,7 +167,10 @@ pub fn processes_mentioning(marker: &Path) -> Vec<u32> {
         .filter(|&pid| pid != std::process::id())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(&marker))
+                .map(|c| {
+                    let line = String::from_utf8_lossy(&c);
+                    markers.iter().any(|m| line.contains(m.as_str()))
+                })
                 .unwrap_or(false)
         })
         .collect()

@@ -196,8 +196,15 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
     drop(members);
     drop(p2p_server);
     drop(dns);
-    let marker = std::env::temp_dir().join("loadgen-soak");
-    let left = wait_gone(&marker).await;
+    // This soak's scratch directories (`Proxy::start` names them after
+    // this process), not another soak's running beside it.
+    let me = std::process::id();
+    let markers = ["soak", "soak-cold"].map(|name| {
+        std::env::temp_dir()
+            .join(format!("loadgen-{name}-{me}"))
+            .join("config.yaml")
+    });
+    let left = wait_gone(&markers).await;
     let report = check::Report::new(check::Input {
         secs: started.elapsed().as_secs_f64(),
         events: &events,
@@ -223,10 +230,10 @@ async fn soak(p: &Params, scratch: &Path) -> anyhow::Result<Value> {
 }
 
 /// Processes of the soak still alive 5 s after it stopped them.
-async fn wait_gone(marker: &Path) -> Vec<u32> {
+async fn wait_gone(markers: &[PathBuf]) -> Vec<u32> {
     let until = Instant::now() + Duration::from_secs(5);
     loop {
-        let left = chaos::processes_mentioning(marker);
+        let left = chaos::processes_mentioning(markers);
         if left.is_empty() || Instant::now() > until {
             return left;
         }
