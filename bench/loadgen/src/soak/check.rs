@@ -221,7 +221,21 @@ impl Report {
         // restart, a backend's kill, ...); any other error is a violation.
         let (mut sent, mut echoed, mut announced) = (0, 0, 0);
         let mut p2p_errors: BTreeMap<String, u64> = BTreeMap::new();
+        let unix = |t: SystemTime| {
+            t.duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        let cold_span = match (cold.first(), cold.last()) {
+            (Some(&a), Some(&b)) => Some((unix(a) - 1.0, unix(b) + 2.0)),
+            _ => None,
+        };
         for w in i.p2p {
+            // A window that spans the cold restart loses its connections,
+            // and those still connecting then fail: that is the restart.
+            let spans_cold = cold_span.is_some_and(|(a, b)| {
+                w["soak_from"].as_f64().unwrap_or(0.0) <= b
+                    && w["soak_to"].as_f64().unwrap_or(f64::MAX) >= a
+            });
             if let Some(f) = w["failed"].as_str() {
                 v.push(format!("a P2P-shaped window failed: {f}"));
             }
@@ -233,7 +247,7 @@ impl Report {
             for (kind, n) in kinds.chain(connect) {
                 *p2p_errors.entry(kind.clone()).or_default() += n.as_u64().unwrap_or(0);
                 let closed = ["closed by the other end", "reset", "refused", "Broken pipe"];
-                if !closed.iter().any(|c| kind.contains(c)) {
+                if !spans_cold && !closed.iter().any(|c| kind.contains(c)) {
                     v.push(format!("P2P-shaped connections: {n} × {kind}"));
                 }
             }

@@ -223,14 +223,16 @@ pub async fn p2p(target: SocketAddr, conns: usize, deadline: Instant) -> Vec<ser
         let left = deadline.saturating_duration_since(Instant::now());
         // Ramp, a second of warm-up and the window, ended 2 s before the
         // deadline.
-        let Some(window) = left.checked_sub(Duration::from_secs(5)) else {
+        let Some(window) = left.checked_sub(Duration::from_secs(9)) else {
             return windows;
         };
         let p = crate::p2p::Params {
             target,
             conns,
             ramp: 1000.0,
-            warmup: Duration::from_secs(1),
+            // Each connection has until the window to connect and get
+            // the backend's hello: 5 s, through an upgrade's handover.
+            warmup: Duration::from_secs(5),
             duration: window.min(Duration::from_secs(20)),
             shape: crate::p2p::Shape {
                 min_gap: Duration::from_millis(500),
@@ -242,10 +244,18 @@ pub async fn p2p(target: SocketAddr, conns: usize, deadline: Instant) -> Vec<ser
             server_pid: None,
             timeline: None,
         };
-        match crate::p2p::run(p).await {
-            Ok(v) => windows.push(v),
-            Err(e) => windows.push(serde_json::json!({ "failed": format!("{e:#}") })),
-        }
+        let from = SystemTime::now();
+        let mut v = match crate::p2p::run(p).await {
+            Ok(v) => v,
+            Err(e) => serde_json::json!({ "failed": format!("{e:#}") }),
+        };
+        let unix = |t: SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        v["soak_from"] = unix(from).into();
+        v["soak_to"] = unix(SystemTime::now()).into();
+        windows.push(v);
     }
 }
 
