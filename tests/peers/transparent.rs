@@ -121,6 +121,22 @@ impl Setup {
         }
     }
 
+    /// Both clients connected through pin-proxy, the node lists each
+    /// once, from the address `seen(i)` gives for client `i`.
+    fn both_clients_seen_as(&self, seen: impl Fn(usize) -> std::net::Ipv4Addr) {
+        let _clients = [self.client(0), self.client(1)];
+        let peers = self.peers_when("both clients", |p| p.len() == 2);
+        for (i, addrs) in &peers {
+            assert_eq!(addrs.len(), 1, "client {i}: {peers:?}");
+            assert_eq!(
+                addrs[0].ip(),
+                IpAddr::V4(seen(*i)),
+                "client {i} seen as {}: {peers:?}",
+                addrs[0]
+            );
+        }
+    }
+
     /// The admin endpoint's `/status`, read from pin-proxy's namespace.
     fn status(&self) -> Value {
         self.net.proxy.status(self.proxy.admin())
@@ -184,17 +200,7 @@ fn source_proxy_node_sees_only_the_proxy() {
     let Some(s) = Setup::start("proxy") else {
         return;
     };
-    let _clients = [s.client(0), s.client(1)];
-    let peers = s.peers_when("both clients", |p| p.len() == 2);
-    for (i, addrs) in &peers {
-        assert_eq!(addrs.len(), 1, "client {i}: {peers:?}");
-        assert_eq!(
-            addrs[0].ip(),
-            IpAddr::V4(PROXY_TO_NODE),
-            "client {i} seen as {}, not as the proxy: {peers:?}",
-            addrs[0]
-        );
-    }
+    s.both_clients_seen_as(|_| PROXY_TO_NODE);
 }
 
 /// (a) With `source: client` the node's peer list shows each client's own
@@ -204,17 +210,7 @@ fn source_client_node_sees_each_client() {
     let Some(s) = Setup::start("client") else {
         return;
     };
-    let _clients = [s.client(0), s.client(1)];
-    let peers = s.peers_when("both clients", |p| p.len() == 2);
-    for (i, addrs) in &peers {
-        assert_eq!(addrs.len(), 1, "client {i}: {peers:?}");
-        assert_eq!(
-            addrs[0].ip(),
-            IpAddr::V4(CLIENTS[*i]),
-            "client {i} seen as {}: {peers:?}",
-            addrs[0]
-        );
-    }
+    s.both_clients_seen_as(|i| CLIENTS[i]);
 }
 
 /// (b) The node bans client 0: client 0's connections are closed at once,
