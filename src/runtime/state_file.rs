@@ -174,6 +174,10 @@ struct Versioned {
 ///
 /// # Errors
 /// serde_json's, which a `SavedState` never gives.
+///
+/// # Panics
+/// For a time before 1970 or after 9999 (the format's range), which
+/// neither a decoded file nor a pool's window (a year at most) has.
 pub fn encode(state: &SavedState, written_at: SystemTime) -> serde_json::Result<Vec<u8>> {
     let time = |t: SystemTime| humantime::format_rfc3339_millis(t).to_string();
     let pools = state.pools.iter().map(|(name, backends)| FilePool {

@@ -265,10 +265,7 @@ impl Assembly {
         if more != 0 {
             return Ok(None);
         }
-        self.message
-            .take()
-            .map(Some)
-            .ok_or_else(|| invalid("empty handover message"))
+        Ok(self.message.take())
     }
 }
 
