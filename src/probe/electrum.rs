@@ -50,6 +50,9 @@ const CLIENT: &str = concat!("pin-proxy/", env!("CARGO_PKG_VERSION"));
 /// `blockchain.headers.subscribe` answers with the raw header.
 const PROTOCOLS: [&str; 2] = ["1.4", "1.6"];
 
+/// Why a tip on a custom network is not proven.
+const NO_RULES: &str = "no proof-of-work rules for a custom network";
+
 /// Most characters of server-supplied text kept in a detail.
 const MAX_SHOWN: usize = 80;
 
@@ -99,6 +102,24 @@ pub async fn probe(
     };
     let report = judged_tip(tip);
     match facts {
+        Some(facts) => report.with_node(facts),
+        None => report,
+    }
+}
+
+/// The report of what a server sends on `stream` once connected, read as
+/// [`probe`] reads it, without the deadline, a network's proof-of-work
+/// rules or a proof (as for a custom network): the fuzz harness
+/// (fuzz/harness/electrum.rs) drives it with a server's bytes.
+pub async fn answers<S>(stream: S) -> Report
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut session = Session::new(stream);
+    let tip = session.tip().await;
+    session.close().await;
+    let report = judged_tip(tip.map(|tip| (tip, Proof::Unproven(NO_RULES.into()))));
+    match session.facts.take() {
         Some(facts) => report.with_node(facts),
         None => report,
     }
@@ -191,8 +212,7 @@ impl Ask<'_> {
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let Some(params) = self.params else {
-            let why = "no proof-of-work rules for a custom network";
-            return Ok((tip, Proof::Unproven(why.into())));
+            return Ok((tip, Proof::Unproven(NO_RULES.into())));
         };
         if let Err(err) = params.check_alone(tip.height, &tip.header) {
             return Err(Failure::Garbled(format!(

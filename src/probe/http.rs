@@ -235,7 +235,9 @@ pub fn parse_blockbook(body: &[u8]) -> Result<BlockbookStatus, String> {
     })
 }
 
-fn judge_blockbook(body: &[u8]) -> Report {
+/// The report of a Blockbook `/api/` status `body`: see [`HttpProber::blockbook`].
+/// Pure and total.
+pub fn judge_blockbook(body: &[u8]) -> Report {
     let status = match parse_blockbook(body) {
         Ok(status) => status,
         Err(detail) => return Report::new(Verdict::Unknown, detail),

@@ -171,7 +171,14 @@ struct Versioned {
 }
 
 /// The contents of a state file, `written_at` stamped.
-fn encode(state: &SavedState, written_at: SystemTime) -> serde_json::Result<Vec<u8>> {
+///
+/// # Errors
+/// serde_json's, which a `SavedState` never gives.
+///
+/// # Panics
+/// For a time before 1970 or after 9999 (the format's range), which
+/// neither a decoded file nor a pool's window (a year at most) has.
+pub fn encode(state: &SavedState, written_at: SystemTime) -> serde_json::Result<Vec<u8>> {
     let time = |t: SystemTime| humantime::format_rfc3339_millis(t).to_string();
     let pools = state.pools.iter().map(|(name, backends)| FilePool {
         name: name.clone(),
@@ -199,7 +206,11 @@ fn encode(state: &SavedState, written_at: SystemTime) -> serde_json::Result<Vec<
 }
 
 /// Parse the contents of a state file.
-fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
+///
+/// # Errors
+/// [`LoadError::Version`] or [`LoadError::Corrupt`]; never a panic,
+/// whatever the bytes.
+pub fn decode(bytes: &[u8]) -> Result<SavedState, LoadError> {
     let corrupt = |e: serde_json::Error| LoadError::Corrupt(e.to_string());
     let Versioned { version } = serde_json::from_slice(bytes).map_err(corrupt)?;
     if version != u64::from(VERSION) {

@@ -10,8 +10,16 @@ use std::path::{Path, PathBuf};
 mod blockbook;
 #[path = "../../fuzz/harness/config.rs"]
 mod config;
+#[path = "../../fuzz/harness/dns.rs"]
+mod dns;
+#[path = "../../fuzz/harness/electrum.rs"]
+mod electrum;
+#[path = "../../fuzz/harness/handover.rs"]
+mod handover;
 #[path = "../../fuzz/harness/proxy_header.rs"]
 mod proxy_header;
+#[path = "../../fuzz/harness/state_file.rs"]
+mod state_file;
 #[path = "../../fuzz/harness/wire.rs"]
 mod wire;
 
@@ -83,6 +91,26 @@ fn blockbook_corpus() {
 #[test]
 fn proxy_header_corpus() {
     check("proxy_header", proxy_header::run);
+}
+
+#[test]
+fn state_file_corpus() {
+    check("state_file", state_file::run);
+}
+
+#[test]
+fn handover_corpus() {
+    check("handover", handover::run);
+}
+
+#[test]
+fn electrum_corpus() {
+    check("electrum", electrum::run);
+}
+
+#[test]
+fn dns_corpus() {
+    check("dns", dns::run);
 }
 
 #[path = "../../fuzz/harness/admin.rs"]

@@ -8,6 +8,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
+use std::ops::Range;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,7 +24,8 @@ use tokio::io::unix::AsyncFd;
 pub const DATAGRAM: usize = 60 * 1024;
 /// Descriptors per datagram (the kernel takes at most 253).
 pub const FDS_PER_DATAGRAM: usize = 240;
-const HEAD: usize = 2;
+/// A datagram's head: its message's tag, and whether more follow.
+pub const HEAD: usize = 2;
 /// Largest message body taken, so a peer that never ends its message
 /// cannot make this process grow without end. Above the biggest batch of
 /// connections: every pipe of the process full and a chunk held each way
@@ -128,20 +130,10 @@ impl Channel {
     /// # Errors
     /// The socket's errors (the peer gone: `BrokenPipe`).
     pub async fn send(&self, tag: u8, body: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-        let chunk = DATAGRAM - HEAD;
-        let datagrams = body
-            .len()
-            .div_ceil(chunk)
-            .max(fds.len().div_ceil(FDS_PER_DATAGRAM))
-            .max(1);
         let mut space =
             vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
-        for i in 0..datagrams {
-            let part = body.get(i * chunk..).unwrap_or_default();
-            let part = &part[..part.len().min(chunk)];
-            let these = fds.get(i * FDS_PER_DATAGRAM..).unwrap_or_default();
-            let these = &these[..these.len().min(FDS_PER_DATAGRAM)];
-            let head = [tag, u8::from(i + 1 < datagrams)];
+        for (head, part, these) in datagrams(tag, body, fds.len()) {
+            let these = &fds[these];
             let iov = [IoSlice::new(&head), IoSlice::new(part)];
             self.fd
                 .async_io(Interest::WRITABLE, |fd| {
@@ -175,7 +167,7 @@ impl Channel {
         let mut buf = vec![0u8; DATAGRAM];
         let mut space =
             vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_DATAGRAM))];
-        let mut message: Option<Packet> = None;
+        let mut assembly = Assembly::new(max);
         loop {
             let mut fds = Vec::new();
             let n = self
@@ -199,30 +191,81 @@ impl Channel {
                     Ok(got.bytes)
                 })
                 .await?;
-            if n == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            if n < HEAD {
-                return Err(invalid("short handover datagram"));
-            }
-            let (tag, more) = (buf[0], buf[1] != 0);
-            let m = message.get_or_insert_with(|| Packet {
-                tag,
-                body: Vec::new(),
-                fds: Vec::new(),
-            });
-            if m.tag != tag {
-                return Err(invalid("handover message interleaved with another"));
-            }
-            if m.body.len() + (n - HEAD) > max {
-                return Err(invalid("handover message larger than its limit"));
-            }
-            m.body.extend_from_slice(&buf[HEAD..n]);
-            m.fds.append(&mut fds);
-            if !more {
-                return message.ok_or_else(|| invalid("empty handover message"));
+            if let Some(packet) = assembly.push(&buf[..n], fds)? {
+                return Ok(packet);
             }
         }
+    }
+}
+
+/// The datagrams of a message with `tag`, `body` and `fds` descriptors:
+/// each its head (`[tag, more]`), its slice of the body and its range of
+/// the descriptors. At least one, however empty the message.
+pub fn datagrams(
+    tag: u8,
+    body: &[u8],
+    fds: usize,
+) -> impl Iterator<Item = ([u8; HEAD], &[u8], Range<usize>)> {
+    let chunk = DATAGRAM - HEAD;
+    let count = body
+        .len()
+        .div_ceil(chunk)
+        .max(fds.div_ceil(FDS_PER_DATAGRAM))
+        .max(1);
+    (0..count).map(move |i| {
+        let part = body.get(i * chunk..).unwrap_or_default();
+        let part = &part[..part.len().min(chunk)];
+        let first = (i * FDS_PER_DATAGRAM).min(fds);
+        let these = first..(first + FDS_PER_DATAGRAM).min(fds);
+        ([tag, u8::from(i + 1 < count)], part, these)
+    })
+}
+
+/// A message being put together from its datagrams, as they arrive.
+#[derive(Debug)]
+pub struct Assembly {
+    message: Option<Packet>,
+    /// Most body bytes taken.
+    max: usize,
+}
+
+impl Assembly {
+    /// A message of at most `max` body bytes.
+    pub fn new(max: usize) -> Assembly {
+        Assembly { message: None, max }
+    }
+
+    /// Add one received datagram (its bytes, head included) and the
+    /// descriptors that came with it; the message, once this was its last.
+    ///
+    /// # Errors
+    /// `UnexpectedEof` for no bytes (the peer has gone); `InvalidData` for
+    /// a datagram shorter than its head, one of another message, or a body
+    /// over the limit.
+    pub fn push(&mut self, datagram: &[u8], mut fds: Vec<OwnedFd>) -> io::Result<Option<Packet>> {
+        let [tag, more, ref part @ ..] = *datagram else {
+            return Err(match datagram.is_empty() {
+                true => io::ErrorKind::UnexpectedEof.into(),
+                false => invalid("short handover datagram"),
+            });
+        };
+        let m = self.message.get_or_insert_with(|| Packet {
+            tag,
+            body: Vec::new(),
+            fds: Vec::new(),
+        });
+        if m.tag != tag {
+            return Err(invalid("handover message interleaved with another"));
+        }
+        if m.body.len() + part.len() > self.max {
+            return Err(invalid("handover message larger than its limit"));
+        }
+        m.body.extend_from_slice(part);
+        m.fds.append(&mut fds);
+        if more != 0 {
+            return Ok(None);
+        }
+        Ok(self.message.take())
     }
 }
 
