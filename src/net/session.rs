@@ -11,13 +11,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::config::KeepaliveConfig;
 use crate::net::closed_log::{self, Closed};
 use crate::net::connect::{self, ConnectError, Connected};
 use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue};
 use crate::net::sockopt;
 use crate::net::source::Origin;
 use crate::net::splice;
-use crate::net::splice::SpliceState;
+use crate::net::splice::{KeepAliveLater, SpliceState};
 use crate::pool::admission::Admission;
 use crate::pool::close::{CloseReason, Closer, Tick};
 use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
@@ -47,7 +48,7 @@ pub fn serve(
     async move {
         // Taken apart inside the statement, so no whole `Leg` stays in the
         // frame across the splice.
-        let (lease, target, backend, idle_timeout) = match Box::pin(open(
+        let (lease, target, backend, idle_timeout, keepalive) = match Box::pin(open(
             &pool,
             conn,
             (peer, via.as_deref().copied()),
@@ -56,10 +57,18 @@ pub fn serve(
         ))
         .await
         {
-            Some(leg) => (leg.lease, leg.target, leg.backend, leg.idle_timeout),
+            Some(leg) => (
+                leg.lease,
+                leg.target,
+                leg.backend,
+                leg.idle_timeout,
+                leg.keepalive,
+            ),
             None => return,
         };
-        let mut spliced = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer);
+        let later = KeepAliveLater::new(keepalive, &pool.name, &target.config.name, conn);
+        let mut spliced = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer)
+            .keep_alive_later(later);
         let out = (&mut spliced).await;
         let handed = (out.reason == CloseReason::Handover).then(|| spliced.hand_over());
         let ends = Ends {
@@ -320,6 +329,9 @@ struct Leg {
     target: Target,
     backend: TcpStream,
     idle_timeout: Option<Duration>,
+    /// Set on the backend leg once it has lived a little (TCP_NODELAY is
+    /// set at connect).
+    keepalive: KeepaliveConfig,
 }
 
 /// Connect the backend leg, or log the client's `closed` event and give up.
@@ -352,7 +364,7 @@ async fn open(
                 return None;
             }
         };
-    if let Err(err) = sockopt::tune(&backend, &config.keepalive) {
+    if let Err(err) = sockopt::nodelay(&backend) {
         debug!(pool = %pool.name, conn, backend = %target.config.name, leg = "backend", %err, "sockopt_failed");
     }
     Some(Leg {
@@ -360,6 +372,7 @@ async fn open(
         target,
         backend,
         idle_timeout: config.idle_timeout,
+        keepalive: config.keepalive,
     })
 }
 

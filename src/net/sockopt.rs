@@ -20,14 +20,43 @@ const BACKLOG: i32 = 1024;
 /// On a listening socket these are inherited by every accepted socket
 /// (Linux copies them at accept), so a client socket needs no setsockopt.
 pub fn tune(socket: &impl AsFd, keepalive: &KeepaliveConfig) -> io::Result<()> {
+    nodelay(socket)?;
+    keep_alive(socket, keepalive)
+}
+
+/// TCP_NODELAY alone: what a backend leg gets at connect. The rest of
+/// [`tune`] follows once the connection has lived [`keep_alive_after`]
+/// (a connection that ends sooner never needed it).
+pub fn nodelay(socket: &impl AsFd) -> io::Result<()> {
+    SockRef::from(socket).set_tcp_nodelay(true)
+}
+
+/// SO_KEEPALIVE with the configured timers, and TCP_USER_TIMEOUT.
+///
+/// Set late, they still count from the connection's last activity: the
+/// kernel re-arms the keepalive timer when TCP_KEEPIDLE is set (after
+/// SO_KEEPALIVE, as here) for `idle` after the last segment received, and
+/// the user timeout runs from the first unacknowledged retransmission.
+/// So a connection tuned within `idle` of its start is probed, and given
+/// up, exactly when one tuned at connect would be.
+pub fn keep_alive(socket: &impl AsFd, keepalive: &KeepaliveConfig) -> io::Result<()> {
     let sock = SockRef::from(socket);
-    sock.set_tcp_nodelay(true)?;
     let params = TcpKeepalive::new()
         .with_time(keepalive.idle)
         .with_interval(keepalive.interval)
         .with_retries(keepalive.count);
     sock.set_tcp_keepalive(&params)?;
     sock.set_tcp_user_timeout(Some(keepalive.user_timeout()))
+}
+
+/// The longest a backend leg waits for [`keep_alive`].
+pub const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(1);
+
+/// How long after connecting a backend leg gets [`keep_alive`]: a
+/// second, or half of `idle` when that is shorter, so it is always set
+/// well before the first probe would be due.
+pub fn keep_alive_after(keepalive: &KeepaliveConfig) -> Duration {
+    KEEP_ALIVE_AFTER.min(keepalive.idle / 2)
 }
 
 /// Make the next close send a reset instead of a FIN, so an error on one

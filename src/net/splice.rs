@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use rustix::net::SendFlags;
 use serde::{Deserialize, Serialize};
 use socket2::SockRef;
@@ -46,10 +47,11 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use crate::config::KeepaliveConfig;
 use crate::net::pipe::{self, Pipe};
 use crate::net::sockopt;
 use crate::pool::close::{CloseReason, Closer, Tick};
-use crate::pool::registry::BackendStats;
+use crate::pool::registry::{BackendStats, ConnId};
 
 /// Bytes moved per read/write while a direction is busy.
 pub const CHUNK: usize = 32 * 1024;
@@ -92,6 +94,15 @@ pub fn splice<'a>(
     )
 }
 
+impl<'a> Splice<'a> {
+    /// Set the backend leg's keepalive once it has lived long enough to
+    /// need it (see [`KeepAliveLater`]).
+    pub fn keep_alive_later(mut self, later: KeepAliveLater<'a>) -> Self {
+        self.later = Some(Box::pin(later));
+        self
+    }
+}
+
 /// Splice from where `state` says an earlier splice of the same two
 /// sockets stood (see [`Splice::hand_over`]): its counts go on, its unwritten
 /// bytes are written first, and a direction that had ended stays ended.
@@ -111,6 +122,7 @@ pub fn resume<'a>(
         up: Dir::from(state.up),
         down: Dir::from(state.down),
         first_eof: state.first_eof,
+        later: None,
         idle: idle_timeout.map(|timeout| {
             let last = Instant::now();
             Box::new(Idle {
@@ -195,6 +207,10 @@ impl Splice<'_> {
     /// [`CloseReason::Handover`] (it stops before touching either socket
     /// in that poll, so the state is exact).
     pub fn hand_over(mut self) -> SpliceState {
+        // The next process resumes without a timer of its own: settle it.
+        if let Some(later) = self.later.take() {
+            later.apply(self.backend);
+        }
         SpliceState {
             up: self.up.hand_over(),
             down: self.down.hand_over(),
@@ -240,8 +256,51 @@ pub struct Splice<'a> {
     down: Dir,
     /// The side whose EOF came first.
     first_eof: Option<Side>,
+    /// The backend leg's keepalive and user timeout, until they are set
+    /// (boxed: gone a second into the connection's life).
+    later: Option<Pin<Box<KeepAliveLater<'a>>>>,
     /// Only with an idle timeout (boxed: most connections have none).
     idle: Option<Box<Idle>>,
+}
+
+pin_project! {
+    /// What a young backend leg still owes itself: [`sockopt::keep_alive`],
+    /// set after [`sockopt::keep_alive_after`]. A churned connection ends
+    /// before that and never makes those system calls; one that lives is
+    /// found half-open within the same budget (see `keep_alive`).
+    pub struct KeepAliveLater<'a> {
+        #[pin]
+        due: Sleep,
+        keepalive: KeepaliveConfig,
+        // Who to name if the kernel refuses (`sockopt_failed`).
+        pool: &'a str,
+        backend: &'a str,
+        conn: ConnId,
+    }
+}
+
+impl<'a> KeepAliveLater<'a> {
+    /// `keepalive` for the backend leg of `conn` (on `backend` of `pool`),
+    /// connected now.
+    pub fn new(keepalive: KeepaliveConfig, pool: &'a str, backend: &'a str, conn: ConnId) -> Self {
+        KeepAliveLater {
+            due: tokio::time::sleep(sockopt::keep_alive_after(&keepalive)),
+            keepalive,
+            pool,
+            backend,
+            conn,
+        }
+    }
+
+    /// Set them on `socket` now.
+    fn apply(&self, socket: &TcpStream) {
+        if let Err(err) = sockopt::keep_alive(socket, &self.keepalive) {
+            tracing::debug!(
+                pool = %self.pool, conn = self.conn, backend = %self.backend, leg = "backend",
+                %err, "sockopt_failed"
+            );
+        }
+    }
 }
 
 struct Idle {
@@ -366,6 +425,12 @@ impl Splice<'_> {
             // Once per poll that moved bytes, not per read: a coarse clock
             // read without a syscall, for `/connections`' idle time.
             self.closer.touch(Tick::now());
+        }
+        if let Some(later) = &mut self.later
+            && later.as_mut().project().due.poll(cx).is_ready()
+        {
+            later.apply(self.backend);
+            self.later = None;
         }
         if let Some(idle) = &mut self.idle {
             if moved {

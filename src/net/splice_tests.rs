@@ -365,3 +365,132 @@ async fn bytes_before_a_reset_are_forwarded_and_the_reset_is_an_error() {
     client.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"partial");
 }
+
+/// Keepalive on the backend leg, as [`sockopt::keep_alive`] sets it.
+fn keep_alive_of(sock: &TcpStream) -> Option<(Duration, Duration, u32, Option<Duration>)> {
+    let s = socket2::SockRef::from(sock);
+    s.keepalive().unwrap().then(|| {
+        (
+            s.tcp_keepalive_time().unwrap(),
+            s.tcp_keepalive_interval().unwrap(),
+            s.tcp_keepalive_retries().unwrap(),
+            s.tcp_user_timeout().unwrap(),
+        )
+    })
+}
+
+const KEEPALIVE: KeepaliveConfig = KeepaliveConfig {
+    idle: Duration::from_secs(7),
+    interval: Duration::from_secs(2),
+    count: 3,
+};
+
+/// Run `spliced` for `how_long` of (paused) time; it must not end.
+async fn run_for(spliced: &mut Splice<'_>, how_long: Duration) {
+    tokio::select! {
+        out = spliced => panic!("the splice ended: {:?}", out.reason),
+        () = tokio::time::sleep(how_long) => {}
+    }
+}
+
+/// A just-connected pair of legs, the backend leg still owing its keepalive.
+struct Young {
+    client: TcpStream,
+    proxy_client: TcpStream,
+    proxy_backend: TcpStream,
+    node: TcpStream,
+    stats: BackendStats,
+    closer: Closer,
+}
+
+impl Young {
+    async fn new() -> Young {
+        let (client, proxy_client) = pair(false).await;
+        let (proxy_backend, node) = pair(false).await;
+        Young {
+            client,
+            proxy_client,
+            proxy_backend,
+            node,
+            stats: BackendStats::default(),
+            closer: Closer::new(),
+        }
+    }
+
+    fn splice(&self) -> Splice<'_> {
+        let later = KeepAliveLater::new(KEEPALIVE, "p", "b", 1);
+        splice(
+            &self.proxy_client,
+            &self.proxy_backend,
+            &self.stats,
+            None,
+            &self.closer,
+        )
+        .keep_alive_later(later)
+    }
+}
+
+/// The backend leg's keepalive and user timeout wait until the connection
+/// has lived `keep_alive_after` (1 s here), then are all set; a leg that
+/// ends sooner never gets them (the system calls a churned connection
+/// saves).
+#[tokio::test(start_paused = true)]
+async fn the_backend_legs_keepalive_is_set_once_it_has_lived_a_second() {
+    let after = sockopt::keep_alive_after(&KEEPALIVE);
+    assert_eq!(after, Duration::from_secs(1));
+    let legs = Young::new().await;
+    let mut spliced = legs.splice();
+    run_for(&mut spliced, after - Duration::from_millis(10)).await;
+    assert_eq!(keep_alive_of(&legs.proxy_backend), None, "not yet");
+    run_for(&mut spliced, Duration::from_millis(20)).await;
+    assert_eq!(
+        keep_alive_of(&legs.proxy_backend),
+        Some((
+            KEEPALIVE.idle,
+            KEEPALIVE.interval,
+            KEEPALIVE.count,
+            Some(KEEPALIVE.user_timeout())
+        )),
+    );
+    assert!(spliced.later.is_none(), "the timer is gone once it fired");
+
+    // A connection that ends first never makes the calls.
+    let Young {
+        client,
+        proxy_client,
+        proxy_backend,
+        node,
+        stats,
+        closer,
+    } = Young::new().await;
+    let later = KeepAliveLater::new(KEEPALIVE, "p", "b", 2);
+    let spliced =
+        splice(&proxy_client, &proxy_backend, &stats, None, &closer).keep_alive_later(later);
+    drop((client, node));
+    let out = spliced.await;
+    assert!(
+        matches!(
+            out.reason,
+            CloseReason::ClientClosed | CloseReason::BackendClosed
+        ),
+        "{:?}",
+        out.reason
+    );
+    tokio::time::sleep(after * 2).await;
+    assert_eq!(keep_alive_of(&proxy_backend), None);
+}
+
+/// A young connection handed over to the next process gets its keepalive
+/// at once: the next process resumes it without a timer.
+#[tokio::test(start_paused = true)]
+async fn a_young_leg_handed_over_gets_its_keepalive_first() {
+    let legs = Young::new().await;
+    let mut spliced = legs.splice();
+    run_for(&mut spliced, Duration::from_millis(10)).await;
+    assert_eq!(keep_alive_of(&legs.proxy_backend), None);
+    let _state = spliced.hand_over();
+    assert_eq!(
+        keep_alive_of(&legs.proxy_backend).map(|k| k.0),
+        Some(KEEPALIVE.idle)
+    );
+}
