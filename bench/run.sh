@@ -77,6 +77,7 @@ install_missing() {
     command -v haproxy >/dev/null || missing+=(haproxy)
     command -v iperf3 >/dev/null || missing+=(iperf3)
     command -v taskset >/dev/null || missing+=(util-linux)
+    command -v strace >/dev/null || missing+=(strace)
     [ ${#missing[@]} -eq 0 ] && return 0
     local sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo)
@@ -96,13 +97,13 @@ cargo build --release --quiet "${LG_CARGO[@]}" --bin loadgen
 # shared tree) must not trigger a rebuild in the middle of the report.
 BENCH_BINS=()
 if [ "$MICRO" = 1 ]; then
-    mapfile -t BENCH_BINS < <(cargo bench --quiet "${LG_CARGO[@]}" --bench registry --bench footprint \
+    mapfile -t BENCH_BINS < <(cargo bench --quiet "${LG_CARGO[@]}" --bench registry --bench footprint --bench proxy_header \
         --no-run --message-format=json-render-diagnostics |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep -E '/(registry|footprint)-[0-9a-f]+$')
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep -E '/(registry|footprint|proxy_header)-[0-9a-f]+$')
     # A process substitution hides cargo's exit status: check what came out
-    # (only the two benches: cargo may also list the loadgen binary it built
+    # (only the three benches: cargo may also list the loadgen binary it built
     # for them).
-    [ ${#BENCH_BINS[@]} -eq 2 ] || log "FAILED: micro-benchmark build (see the errors above)"
+    [ ${#BENCH_BINS[@]} -eq 3 ] || log "FAILED: micro-benchmark build (see the errors above)"
 fi
 PIN="$ROOT/target/release/pin-proxy"
 LG="$ROOT/target/loadgen/release/loadgen"
@@ -394,6 +395,11 @@ done
 T_MEASURED=$(date +%s)
 echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.md"
 
+# Counted, not timed: each proxy's system calls per churned connection.
+log "syscalls per connection (strace)"
+SYSCALLS_RAW="$OUT/raw" "${ON_LOAD[@]}" bench/syscalls.sh "$PIN" "$LG" >"$OUT/syscalls.md" \
+    2>>"$OUT/loadgen.log" || log "FAILED: syscall counts (see $OUT/loadgen.log)"
+
 if [ "$MICRO" = 1 ]; then
     log "registry micro-benchmark"
     micro=()
@@ -402,6 +408,7 @@ if [ "$MICRO" = 1 ]; then
         case "$(basename "$bin")" in
             registry-*) "$bin" "${micro[@]}" >"$OUT/microbench.md" || log "FAILED: micro-benchmark" ;;
             footprint-*) "$bin" >"$OUT/footprint.md" || log "FAILED: footprint" ;;
+            proxy_header-*) "$bin" "${micro[@]}" >"$OUT/proxy_header.md" || log "FAILED: PROXY header" ;;
         esac
     done
 fi
@@ -414,11 +421,21 @@ echo "- time: build $((T_BUILT - T0)) s, measuring $((T_MEASURED - T_MEASURE)) s
     cat "$OUT/meta.md"
     echo
     cat "$OUT/table.md"
+    if [ -s "$OUT/syscalls.md" ]; then
+        echo
+        cat "$OUT/syscalls.md"
+    fi
     if [ -s "$OUT/microbench.md" ]; then
         echo
         echo "Registry micro-benchmark (ns per call):"
         echo
         cat "$OUT/microbench.md"
+    fi
+    if [ -s "$OUT/proxy_header.md" ]; then
+        echo
+        echo "PROXY protocol header, bytes and parse time (ns per call):"
+        echo
+        cat "$OUT/proxy_header.md"
     fi
     if [ -s "$OUT/footprint.md" ]; then
         echo

@@ -6,8 +6,9 @@
 //! sets the pace for all of them. So the loop that accepted a client
 //! keeps it unless another loop holds clearly fewer tasks (a task is a
 //! connection, give or take one accept loop per listener on every
-//! worker); then the socket is taken out of this loop's epoll set and the
-//! client is served there. The slack keeps ordinary jitter (short
+//! worker); then the client is served there. Clients are accepted into no
+//! epoll set (`net::listener`), so the socket joins only the serving
+//! loop's set. The slack keeps ordinary jitter (short
 //! connections coming and going) from moving sockets back and forth.
 //!
 //! `PIN_PROXY_HANDOFF=off` in the environment turns it off, to compare.

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 use super::*;
 use crate::config::Config;
 use crate::net::handover::HandoverQueue;
-use crate::net::listener::{Shared, accept_loop};
+use crate::net::listener::{Shared, accept_loop, register};
 use crate::net::workers::Workers;
 use crate::pool::registry::Pool;
 
@@ -63,7 +63,7 @@ async fn clients_accepted_on_one_loop_are_served_on_both() {
     let token = CancellationToken::new();
     let (p, t, s) = (pool.clone(), token.clone(), shared.clone());
     workers.handle(0).spawn(async move {
-        accept_loop(TcpListener::from_std(listener).unwrap(), p, t, s, 0).await;
+        accept_loop(register(listener).unwrap(), p, t, s, 0).await;
     });
     let base = loops.loads();
     let mut clients = Vec::new();

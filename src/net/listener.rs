@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use rustix::net::SocketFlags;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -82,17 +85,76 @@ pub struct Shared {
     pub loops: Loops,
 }
 
+/// A pool's listening socket, registered with one worker's event loop.
+/// Clients are accepted from it unregistered: each joins the epoll set of
+/// the loop that serves it, once (not this loop's first and then, handed
+/// to a less busy loop, leave it and join that one).
+pub type Listener = AsyncFd<std::net::TcpListener>;
+
+/// Register `listener` (non-blocking) with the current worker's loop.
+pub fn register(listener: std::net::TcpListener) -> io::Result<Listener> {
+    // Deprecated because it takes any `AsRawFd`, whose descriptor its owner
+    // might close while registered (tokio#8587). Here the `AsyncFd` owns
+    // the listener: the descriptor lives exactly as long as the
+    // registration, which is the condition the unsafe successor states.
+    #[allow(deprecated)]
+    AsyncFd::with_interest(listener, Interest::READABLE)
+}
+
+/// The next client: non-blocking, close-on-exec, in no epoll set yet.
+async fn accept(listener: &Listener) -> io::Result<(std::net::TcpStream, SocketAddr)> {
+    loop {
+        let mut ready = listener.readable().await?;
+        // `WouldBlock` clears the readiness and waits again.
+        if let Ok(accepted) = ready.try_io(|l| {
+            let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+            let (fd, peer) = rustix::net::acceptfrom_with(l.get_ref(), flags)?;
+            let peer = peer
+                .and_then(|a| SocketAddr::try_from(a).ok())
+                .ok_or_else(|| io::Error::other("accepted a socket without an IP peer"))?;
+            Ok((std::net::TcpStream::from(fd), peer))
+        }) {
+            return accepted;
+        }
+    }
+}
+
+/// An accepted client's socket: fresh from `accept` (in no epoll set), or
+/// registered here already (its PROXY header was read on this loop).
+enum Accepted {
+    Fresh(std::net::TcpStream),
+    Registered(TcpStream),
+}
+
+impl Accepted {
+    /// For this worker's loop.
+    fn here(self) -> io::Result<TcpStream> {
+        match self {
+            Accepted::Fresh(s) => TcpStream::from_std(s),
+            Accepted::Registered(s) => Ok(s),
+        }
+    }
+
+    /// For another worker's loop.
+    fn for_elsewhere(self) -> io::Result<std::net::TcpStream> {
+        match self {
+            Accepted::Fresh(s) => Ok(s),
+            Accepted::Registered(s) => s.into_std(),
+        }
+    }
+}
+
 /// Accept clients for `pool` on `listener` until `token` is cancelled (the
 /// listener was removed, or the pool stopped). `me` is the worker (in
 /// `shared.loops`) this loop runs on.
 pub async fn accept_loop(
-    listener: TcpListener,
+    listener: Listener,
     pool: Arc<Pool>,
     token: CancellationToken,
     shared: Shared,
     me: usize,
 ) {
-    let local = listener.local_addr().ok();
+    let local = listener.get_ref().local_addr().ok();
     // The socket options accepted clients inherit, as last set on the
     // listener (at bind, from the config then).
     let mut tuned = pool.config().keepalive;
@@ -114,7 +176,7 @@ pub async fn accept_loop(
         };
         let accepted = tokio::select! {
             () = &mut cancelled => return,
-            r = listener.accept() => r,
+            r = accept(&listener) => r,
         };
         match accepted {
             Ok((stream, peer)) => {
@@ -128,7 +190,7 @@ pub async fn accept_loop(
                     // A reload changed the settings: this client was accepted
                     // with the old ones, so set its own too.
                     for result in [
-                        sockopt::tune(&listener, &keepalive),
+                        sockopt::tune(listener.get_ref(), &keepalive),
                         sockopt::tune(&stream, &keepalive),
                     ] {
                         if let Err(err) = result {
@@ -144,7 +206,10 @@ pub async fn accept_loop(
                     .filter(|pp| pp.trusts(peer.ip()))
                     .map(|pp| pp.timeout);
                 match trusted {
-                    None => admit(stream, Client::direct(peer), &pool, &shared, slot, me),
+                    None => {
+                        let client = Client::direct(peer);
+                        admit(Accepted::Fresh(stream), client, &pool, &shared, slot, me);
+                    }
                     // Its header is read in a task of its own: a slow sender
                     // holds up nobody else.
                     Some(timeout) => {
@@ -206,7 +271,7 @@ impl From<Client> for Rejected {
 /// header names the client, within the pool's `timeout`, or it is closed
 /// (`rejected`, `reason: proxy_protocol`).
 async fn proxied(
-    stream: TcpStream,
+    stream: std::net::TcpStream,
     peer: SocketAddr,
     timeout: Duration,
     pool: &Arc<Pool>,
@@ -214,6 +279,14 @@ async fn proxied(
     slot: OwnedSemaphorePermit,
     me: usize,
 ) {
+    // Read here, on the loop that accepted it.
+    let stream = match TcpStream::from_std(stream) {
+        Ok(stream) => stream,
+        Err(err) => {
+            warn!(pool = %pool.name, client = %peer, err = %err, "handoff_failed");
+            return;
+        }
+    };
     let header = tokio::select! {
         () = pool.token.cancelled() => return,
         h = proxy_in::read(&stream, timeout) => h,
@@ -224,7 +297,7 @@ async fn proxied(
                 addr: named.unwrap_or(peer),
                 via: Some(peer),
             };
-            admit(stream, client, pool, shared, slot, me);
+            admit(Accepted::Registered(stream), client, pool, shared, slot, me);
         }
         Err(err) => {
             let conn = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
@@ -245,7 +318,7 @@ async fn proxied(
 }
 
 fn admit(
-    stream: TcpStream,
+    stream: Accepted,
     client: Client,
     pool: &Arc<Pool>,
     shared: &Shared,
@@ -277,7 +350,7 @@ fn admit(
     let via = client.via.map(Box::new);
     if let Some(other) = shared.loops.elsewhere(me) {
         // This loop is clearly busier: the client is served on `other`.
-        match stream.into_std() {
+        match stream.for_elsewhere() {
             Ok(client) => {
                 let moved = session::serve_moved(
                     pool.clone(),
@@ -296,6 +369,13 @@ fn admit(
         }
         return;
     }
+    let stream = match stream.here() {
+        Ok(stream) => stream,
+        Err(err) => {
+            warn!(pool = %pool.name, conn, client = %peer, err = %err, "handoff_failed");
+            return;
+        }
+    };
     // Spawned directly: a wrapping future would enlarge every connection's task.
     shared.tracker.spawn(session::serve(
         pool.clone(),

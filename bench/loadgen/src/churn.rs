@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout};
 
 use crate::window::{self, Window};
@@ -55,14 +56,30 @@ struct LoopResult {
 /// When the proxy cannot be read; failed connections are counted instead.
 pub async fn run(p: Params) -> anyhow::Result<Value> {
     let win = Window::new(p.warmup, p.duration);
-    let tasks: Vec<_> = (0..p.concurrency)
-        .map(|_| tokio::spawn(churn_loop(p.clone(), win)))
-        .collect();
-    let cpu = win.meter(p.pid).await?;
+    let mut set = JoinSet::new();
+    for _ in 0..p.concurrency {
+        set.spawn(churn_loop(p.clone(), win));
+    }
+    let mut results = Vec::with_capacity(p.concurrency);
+    // With `max_conns`, every loop may be done before the window ends:
+    // then the run ends too (no CPU figure: the meter's window was cut).
+    let meter = win.meter(p.pid);
+    tokio::pin!(meter);
+    let (cpu, secs) = loop {
+        tokio::select! {
+            cpu = &mut meter => break (cpu?, win.secs()),
+            r = set.join_next() => match r {
+                Some(r) => results.push(r.context("churn task")?),
+                None => break (None, Instant::now().saturating_duration_since(win.start).as_secs_f64()),
+            },
+        }
+    };
+    while let Some(r) = set.join_next().await {
+        results.push(r.context("churn task")?);
+    }
     let mut hist = window::histogram();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for t in tasks {
-        let r = t.await.context("churn task")?;
+    for r in results {
         hist.add(&r.hist).context("merge histograms")?;
         for (k, n) in r.errors {
             *errors.entry(k).or_default() += n;
@@ -72,8 +89,8 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let mut out = json!({
         "test": "churn", "target": p.target.to_string(), "concurrency": p.concurrency,
         "closes_first": if p.client_closes { "client" } else { "backend" },
-        "secs": win.secs(), "conns": conns,
-        "conn_per_s": (conns as f64 / win.secs()).round(),
+        "secs": secs, "conns": conns,
+        "conn_per_s": (conns as f64 / secs.max(1e-3)).round(),
         "errors": errors.values().sum::<u64>(), "error_kinds": errors,
     });
     window::merge(&mut out, window::percentiles(&hist));

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use std::os::fd::OwnedFd;
 
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -78,7 +77,7 @@ pub(super) fn start_accepting(run: &mut PoolRun, shared: &listener::Shared, work
             let me = i % workers.count();
             let task = async move {
                 // Registered with the worker's own epoll instance.
-                match TcpListener::from_std(listener) {
+                match listener::register(listener) {
                     Ok(listener) => listener::accept_loop(listener, pool, token, shared2, me).await,
                     Err(e) => error!(pool = %pool.name, listen = %local, err = %e, "accept_failed"),
                 }
