@@ -25,6 +25,15 @@ pub struct HandedConn {
     pub backend_socket: std::net::TcpStream,
 }
 
+impl HandedConn {
+    /// Order `conns` as they should travel: the most recently active first,
+    /// so the connections in use are the first the next process resumes
+    /// (the new process takes them in batches, each as it arrives).
+    pub fn busiest_first(conns: &mut [HandedConn]) {
+        conns.sort_by_key(|c| c.meta.idle_ms);
+    }
+}
+
 /// A handed over connection apart from its sockets: what a handover sends
 /// beside them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::pool::admission::Admission;
-use crate::pool::close::CloseReason;
+use crate::pool::close::{CloseReason, Closer, Tick};
 use crate::pool::discovered::HandedSource;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
 use crate::pool::registry::{ConnEntry, ConnId, Lease, Pool, Target};
@@ -134,15 +134,21 @@ impl Upgrade<'_> {
         self.pool.handing_over.store(true, Ordering::Relaxed);
         // Leaving backends' too: the new process, which has no such
         // backend, closes them as a reload does.
-        for entry in m
+        let mut movable: Vec<&Closer> = m
             .active
             .iter()
             .chain(&m.leaving)
             .flat_map(|b| b.conns().values())
-        {
-            if entry.closer.is_movable() {
-                entry.closer.close(CloseReason::Handover);
-            }
+            .map(|entry| &*entry.closer)
+            .filter(|closer| closer.is_movable())
+            .collect();
+        // The idlest stop first and the busiest last, so a connection in
+        // use waits the least between processes (they are sent busiest
+        // first, too: `HandedConn::busiest_first`).
+        let now = Tick::now();
+        movable.sort_by_key(|closer| std::cmp::Reverse(now.since(closer.last_active())));
+        for closer in movable {
+            closer.close(CloseReason::Handover);
         }
     }
 
@@ -176,5 +182,68 @@ impl Upgrade<'_> {
     /// there, so it counts here even above the limits (its source too).
     pub fn admit(&self, peer: IpAddr) -> Admission {
         Admission::handed_over(self.pool, peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::task::{Context, Wake, Waker};
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::Config;
+
+    /// Notes, in order, which connection's closer was woken.
+    struct Woken {
+        conn: ConnId,
+        order: Arc<Mutex<Vec<ConnId>>>,
+    }
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.order.lock().unwrap().push(self.conn);
+        }
+    }
+
+    /// A live upgrade stops the idlest connections first and the busiest
+    /// last, so the ones in use spend the least time between processes.
+    #[test]
+    fn a_handover_stops_the_idlest_first_and_the_busiest_last() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // Idle for: conn 1 a minute, 2 never, 3 an hour, 4 a second.
+        let idle = [60, 0, 3600, 1];
+        let mut held = Vec::new();
+        for (conn, secs) in (1..).zip(idle) {
+            let closer = Arc::new(Closer::handed(0, 0, Duration::from_secs(secs)));
+            let entry = ConnEntry::new("10.0.0.1:1".parse().unwrap(), closer.clone());
+            let (lease, target) = pool.legs().reserve(conn, entry, &[]).unwrap();
+            assert!(
+                pool.legs()
+                    .splice_if_wanted(target.id, target.usable, &closer, None)
+            );
+            let waker = Waker::from(Arc::new(Woken {
+                conn,
+                order: order.clone(),
+            }));
+            assert!(
+                closer
+                    .poll_closed(&mut Context::from_waker(&waker))
+                    .is_pending()
+            );
+            held.push((closer, lease));
+        }
+        pool.upgrade().begin();
+        assert_eq!(*order.lock().unwrap(), [3, 1, 4, 2]);
+        assert!(
+            held.iter()
+                .all(|(c, _)| c.reason() == CloseReason::Handover)
+        );
     }
 }

@@ -84,7 +84,8 @@ impl Server {
         // milliseconds, however long the connects before took.
         let budget = self.longest_connect() + Duration::from_secs(1);
         self.settle(Instant::now() + budget).await;
-        let handed = self.hand_over_all(Instant::now() + budget).await;
+        let mut handed = self.hand_over_all(Instant::now() + budget).await;
+        HandedConn::busiest_first(&mut handed);
         match next.hand_over(&handed, timeout).await {
             Ok(connections) => Ok(Upgraded {
                 pid: next.pid(),
