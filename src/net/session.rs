@@ -66,7 +66,8 @@ pub fn serve(
             ),
             None => return,
         };
-        let later = KeepAliveLater::new(keepalive, &pool.name, &target.config.name, conn);
+        let timers = (keepalive, idle_timeout);
+        let later = KeepAliveLater::new(timers, &pool.name, &target.config.name, conn);
         let mut spliced = splice::splice(&client, &backend, &target.stats, idle_timeout, &closer)
             .keep_alive_later(later);
         let out = (&mut spliced).await;

@@ -53,10 +53,12 @@ pub fn keep_alive(socket: &impl AsFd, keepalive: &KeepaliveConfig) -> io::Result
 pub const KEEP_ALIVE_AFTER: Duration = Duration::from_secs(1);
 
 /// How long after connecting a backend leg gets [`keep_alive`]: a
-/// second, or half of `idle` when that is shorter, so it is always set
-/// well before the first probe would be due.
-pub fn keep_alive_after(keepalive: &KeepaliveConfig) -> Duration {
-    KEEP_ALIVE_AFTER.min(keepalive.idle / 2)
+/// second, or half of `idle` or of the pool's `idle_timeout` when either
+/// is shorter, so it is always set well before the first probe would be
+/// due, and on every connection that can sit idle at all.
+pub fn keep_alive_after(keepalive: &KeepaliveConfig, idle_timeout: Option<Duration>) -> Duration {
+    let after = KEEP_ALIVE_AFTER.min(keepalive.idle / 2);
+    idle_timeout.map_or(after, |t| after.min(t / 2))
 }
 
 /// Make the next close send a reset instead of a FIN, so an error on one

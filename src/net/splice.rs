@@ -280,11 +280,17 @@ pin_project! {
 }
 
 impl<'a> KeepAliveLater<'a> {
-    /// `keepalive` for the backend leg of `conn` (on `backend` of `pool`),
-    /// connected now.
-    pub fn new(keepalive: KeepaliveConfig, pool: &'a str, backend: &'a str, conn: ConnId) -> Self {
+    /// `keepalive` for the backend leg of `conn` (on `backend` of `pool`,
+    /// whose `idle_timeout` is given), connected now.
+    pub fn new(
+        (keepalive, idle_timeout): (KeepaliveConfig, Option<Duration>),
+        pool: &'a str,
+        backend: &'a str,
+        conn: ConnId,
+    ) -> Self {
+        let after = sockopt::keep_alive_after(&keepalive, idle_timeout);
         KeepAliveLater {
-            due: tokio::time::sleep(sockopt::keep_alive_after(&keepalive)),
+            due: tokio::time::sleep(after),
             keepalive,
             pool,
             backend,

@@ -418,7 +418,7 @@ impl Young {
     }
 
     fn splice(&self) -> Splice<'_> {
-        let later = KeepAliveLater::new(KEEPALIVE, "p", "b", 1);
+        let later = KeepAliveLater::new((KEEPALIVE, None), "p", "b", 1);
         splice(
             &self.proxy_client,
             &self.proxy_backend,
@@ -436,8 +436,14 @@ impl Young {
 /// saves).
 #[tokio::test(start_paused = true)]
 async fn the_backend_legs_keepalive_is_set_once_it_has_lived_a_second() {
-    let after = sockopt::keep_alive_after(&KEEPALIVE);
+    let after = sockopt::keep_alive_after(&KEEPALIVE, None);
     assert_eq!(after, Duration::from_secs(1));
+    // Before anything could end it for idleness, too.
+    let short = Some(Duration::from_millis(600));
+    assert_eq!(
+        sockopt::keep_alive_after(&KEEPALIVE, short),
+        Duration::from_millis(300)
+    );
     let legs = Young::new().await;
     let mut spliced = legs.splice();
     run_for(&mut spliced, after - Duration::from_millis(10)).await;
@@ -463,7 +469,7 @@ async fn the_backend_legs_keepalive_is_set_once_it_has_lived_a_second() {
         stats,
         closer,
     } = Young::new().await;
-    let later = KeepAliveLater::new(KEEPALIVE, "p", "b", 2);
+    let later = KeepAliveLater::new((KEEPALIVE, None), "p", "b", 2);
     let spliced =
         splice(&proxy_client, &proxy_backend, &stats, None, &closer).keep_alive_later(later);
     drop((client, node));
