@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 ROUNDS=${1:-5}
 PX=target/release/pin-proxy
-LG=bench/loadgen/target/release/loadgen
+LG=${LG:-bench/loadgen/target/release/loadgen}
 OUT=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$OUT"; }
