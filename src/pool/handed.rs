@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +52,35 @@ pub struct HandedBackend {
 #[derive(Clone, Copy)]
 pub struct Upgrade<'a> {
     pool: &'a Arc<Pool>,
+}
+
+/// A spliced connection a live upgrade stops, and how long it has been idle.
+#[derive(Debug, Clone)]
+pub struct Movable {
+    /// How long since it last moved a byte, when the upgrade began.
+    pub idle: Duration,
+    /// Its closer: closed with [`CloseReason::Handover`], it stops for the
+    /// handover; once its session is done, this is the last reference.
+    pub closer: Arc<Closer>,
+}
+
+impl Movable {
+    /// The idlest first and the busiest last: the order a live upgrade stops
+    /// them in, so a connection in use keeps splicing here the longest and
+    /// waits the least between processes.
+    pub fn idlest_first(movable: &mut [Movable]) {
+        movable.sort_by_key(|m| std::cmp::Reverse(m.idle));
+    }
+
+    /// Stop it for the handover.
+    pub fn stop(&self) {
+        self.closer.close(CloseReason::Handover);
+    }
+
+    /// True once its session is done with it: handed over, or ended.
+    pub fn is_done(&self) -> bool {
+        Arc::strong_count(&self.closer) == 1
+    }
 }
 
 impl Pool {
@@ -125,31 +154,31 @@ impl Upgrade<'_> {
         matched
     }
 
-    /// A live upgrade takes the connections: every spliced one stops for
-    /// the handover now, and every one still connecting as soon as it is
-    /// spliced (see [`Legs::splice_if_wanted`](crate::pool::legs::Legs::splice_if_wanted)), so none is left behind.
-    /// Under the lock, as splices are marked.
-    pub fn begin(&self) {
+    /// A live upgrade takes the connections: every one still connecting
+    /// stops for the handover as soon as it is spliced (see
+    /// [`Legs::splice_if_wanted`](crate::pool::legs::Legs::splice_if_wanted)),
+    /// and every spliced one is returned, idlest first, for the upgrade to
+    /// stop in waves, so none is left behind. Under the lock, as splices are
+    /// marked.
+    pub fn begin(&self) -> Vec<Movable> {
         let m = self.pool.backends();
         self.pool.handing_over.store(true, Ordering::Relaxed);
+        let now = Tick::now();
         // Leaving backends' too: the new process, which has no such
         // backend, closes them as a reload does.
-        let mut movable: Vec<&Closer> = m
+        let mut movable: Vec<Movable> = m
             .active
             .iter()
             .chain(&m.leaving)
             .flat_map(|b| b.conns().values())
-            .map(|entry| &*entry.closer)
-            .filter(|closer| closer.is_movable())
+            .filter(|entry| entry.closer.is_movable())
+            .map(|entry| Movable {
+                idle: now.since(entry.closer.last_active()),
+                closer: entry.closer.clone(),
+            })
             .collect();
-        // The idlest stop first and the busiest last, so a connection in
-        // use waits the least between processes (they are sent busiest
-        // first, too: `HandedConn::busiest_first`).
-        let now = Tick::now();
-        movable.sort_by_key(|closer| std::cmp::Reverse(now.since(closer.last_active())));
-        for closer in movable {
-            closer.close(CloseReason::Handover);
-        }
+        Movable::idlest_first(&mut movable);
+        movable
     }
 
     /// The upgrade failed: connections splice here again.
@@ -209,7 +238,9 @@ mod tests {
     }
 
     /// A live upgrade stops the idlest connections first and the busiest
-    /// last, so the ones in use spend the least time between processes.
+    /// last, so the ones in use spend the least time between processes;
+    /// nothing stops before the upgrade says so, and a connection is done
+    /// once its session let go of it.
     #[test]
     fn a_handover_stops_the_idlest_first_and_the_busiest_last() {
         let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
@@ -239,11 +270,19 @@ mod tests {
             );
             held.push((closer, lease));
         }
-        pool.upgrade().begin();
+        let movable = pool.upgrade().begin();
+        assert!(order.lock().unwrap().is_empty(), "none stopped yet");
+        assert!(held.iter().all(|(c, _)| c.is_movable()));
+        for m in &movable {
+            m.stop();
+        }
         assert_eq!(*order.lock().unwrap(), [3, 1, 4, 2]);
         assert!(
             held.iter()
                 .all(|(c, _)| c.reason() == CloseReason::Handover)
         );
+        assert!(!movable.iter().any(Movable::is_done));
+        drop(held);
+        assert!(movable.iter().all(Movable::is_done));
     }
 }

@@ -136,18 +136,19 @@ impl OldSide {
         Ok(())
     }
 
-    /// Send every handed over connection, then wait (at most `budget` in all)
-    /// for the new process to say it adopted them all.
-    ///
-    /// # Errors
-    /// The new process exited, hung or miscounted; the channel failed.
-    pub async fn hand_over(
-        &mut self,
-        conns: &[HandedConn],
-        budget: Duration,
-    ) -> Result<usize, UpgradeError> {
+    /// The connections start moving: from now on sending them and the new
+    /// process's confirmation get `budget` in all.
+    pub fn start_sending(&mut self, budget: Duration) {
         self.budget = budget;
         self.deadline = Instant::now() + budget;
+    }
+
+    /// Send `conns`, handed over, in messages of at most
+    /// [`CONNS_PER_MESSAGE`]; the new process resumes each as it arrives.
+    ///
+    /// # Errors
+    /// The new process exited or hung; the channel failed.
+    pub async fn send_conns(&mut self, conns: &[HandedConn]) -> Result<(), UpgradeError> {
         for batch in conns.chunks(CONNS_PER_MESSAGE) {
             let handed: Vec<&ConnMeta> = batch.iter().map(|f| &f.meta).collect();
             let body = serde_json::to_vec(&handed).map_err(|e| UpgradeError::Channel(e.into()))?;
@@ -157,17 +158,23 @@ impl OldSide {
                 .collect();
             self.send(tag::CONNS, &body, &fds).await?;
         }
-        let count = Count {
-            connections: conns.len(),
-        };
+        Ok(())
+    }
+
+    /// Say that all `sent` connections went, and wait for the new process to
+    /// say it adopted them all.
+    ///
+    /// # Errors
+    /// The new process exited, hung or miscounted; the channel failed.
+    pub async fn finish(&mut self, sent: usize) -> Result<usize, UpgradeError> {
+        let count = Count { connections: sent };
         let body = serde_json::to_vec(&count).map_err(|e| UpgradeError::Channel(e.into()))?;
         self.send(tag::END, &body, &[]).await?;
         let answer = self.expect(tag::ADOPTED, "done adopting").await?;
         match serde_json::from_slice::<Count>(&answer.body) {
             Ok(adopted) if adopted == count => Ok(adopted.connections),
             _ => Err(UpgradeError::Refused(format!(
-                "it did not confirm the {} connections sent",
-                conns.len()
+                "it did not confirm the {sent} connections sent"
             ))),
         }
     }

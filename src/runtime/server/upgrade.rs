@@ -1,7 +1,8 @@
 //! The running process's live upgrade: start the binary it was started
 //! from, hand it the listeners and state, and once it serves, let the
-//! connections still connecting finish, then stop every connection and
-//! hand those over too. Until the new process serves
+//! connections still connecting finish, then stop every connection,
+//! idlest first and in waves, and hand each over as it stops. Until the
+//! new process serves
 //! nothing has changed here; after that, a failure takes every handed over
 //! connection back and accepts again, so either way no client notices.
 
@@ -19,12 +20,20 @@ use super::Server;
 use super::listen::{handed, resume_accepting, stop_accepting};
 use crate::net::handover::HandedConn;
 use crate::ops::control::{UpgradeError, Upgraded};
+use crate::pool::handed::Movable;
 use crate::runtime::handover::old_side::OldSide;
-use crate::runtime::handover::protocol::{HandedListener, Handover, Owner};
+use crate::runtime::handover::protocol::{CONNS_PER_MESSAGE, HandedListener, Handover, Owner};
 use crate::runtime::notify;
 
 /// How often the wait for connections still connecting looks again.
 const SETTLE_POLL: Duration = Duration::from_millis(10);
+
+/// How many spliced connections a live upgrade stops at once: the longest
+/// a connection in use waits for others to stop is about one wave's work.
+const WAVE: usize = 200;
+
+/// How often the wait for a wave to be done looks again between arrivals.
+const WAVE_POLL: Duration = Duration::from_millis(1);
 
 impl Server {
     /// Run one live upgrade; logs `upgrade_started`, then `upgraded` or
@@ -84,9 +93,13 @@ impl Server {
         // milliseconds, however long the connects before took.
         let budget = self.longest_connect() + Duration::from_secs(1);
         self.settle(Instant::now() + budget).await;
-        let mut handed = self.hand_over_all(Instant::now() + budget).await;
-        HandedConn::busiest_first(&mut handed);
-        match next.hand_over(&handed, timeout).await {
+        next.start_sending(timeout);
+        let (handed, sent) = self.hand_over_all(&mut next, Instant::now() + budget).await;
+        let finished = match sent {
+            Ok(()) => next.finish(handed.len()).await,
+            Err(err) => Err(err),
+        };
+        match finished {
             Ok(connections) => Ok(Upgraded {
                 pid: next.pid(),
                 generation: self.generation + 1,
@@ -160,25 +173,62 @@ impl Server {
         }
     }
 
-    /// Stop every connection for the handover and collect them: spliced
-    /// ones at once, connecting ones once their connect is done (or has
-    /// failed over), until `give_up`.
-    async fn hand_over_all(&mut self, give_up: Instant) -> Vec<HandedConn> {
+    /// Stop every connection for the handover and send each to the new
+    /// process as it comes. The spliced ones stop in waves of [`WAVE`],
+    /// idlest first, each once the one before is done: a connection in use
+    /// splices here until the last wave and then waits for that wave only,
+    /// not for thousands of idle ones. Connecting ones stop once their
+    /// connect is done (or has failed over). Until `give_up`. Returns every
+    /// connection handed over, sent or not, and how the sending went: after
+    /// a failure nothing more stops, and the rest splice on here.
+    async fn hand_over_all(
+        &mut self,
+        next: &mut OldSide,
+        give_up: Instant,
+    ) -> (Vec<HandedConn>, Result<(), UpgradeError>) {
         let mut rx = self.shared.handovers.arm();
-        for run in &self.pools {
-            run.pool.upgrade().begin();
-        }
-        let mut handed = Vec::new();
-        loop {
-            while let Ok(f) = rx.try_recv() {
-                handed.push(f);
+        let mut movable: Vec<Movable> = self
+            .pools
+            .iter()
+            .flat_map(|run| run.pool.upgrade().begin())
+            .collect();
+        Movable::idlest_first(&mut movable);
+        let mut out = Outbox::default();
+        for wave in movable.chunks(WAVE) {
+            wave.iter().for_each(Movable::stop);
+            let mut done = 0;
+            loop {
+                while let Ok(f) = rx.try_recv() {
+                    out.handed.push(f);
+                }
+                out.send(next, false).await;
+                while done < wave.len() && wave[done].is_done() {
+                    done += 1;
+                }
+                if done == wave.len() || Instant::now() >= give_up {
+                    break;
+                }
+                tokio::select! {
+                    Some(f) = rx.recv() => out.handed.push(f),
+                    () = tokio::time::sleep(WAVE_POLL) => {}
+                }
             }
-            // A session lets go of its admission after handing over.
+            if out.failed.is_some() {
+                break;
+            }
+        }
+        // The rest: connections still connecting, and any a wave gave up on.
+        // A session lets go of its admission after handing over.
+        while out.failed.is_none() {
+            while let Ok(f) = rx.try_recv() {
+                out.handed.push(f);
+            }
+            out.send(next, false).await;
             if self.pools.iter().all(|run| run.pool.view().clients() == 0) {
                 break;
             }
             tokio::select! {
-                Some(f) = rx.recv() => handed.push(f),
+                Some(f) = rx.recv() => out.handed.push(f),
                 () = tokio::time::sleep(Duration::from_millis(5)) => {}
                 () = tokio::time::sleep_until(give_up) => {
                     let left: usize = self.pools.iter().map(|run| run.pool.view().clients()).sum();
@@ -187,11 +237,20 @@ impl Server {
                 }
             }
         }
+        if out.failed.is_some() {
+            // Splices go on here: a connection spliced from now on is not
+            // stopped for a handover that no longer collects.
+            for run in &self.pools {
+                run.pool.upgrade().end();
+            }
+        }
         self.shared.handovers.disarm();
         while let Ok(f) = rx.try_recv() {
-            handed.push(f);
+            out.handed.push(f);
         }
-        handed
+        out.send(next, true).await;
+        let Outbox { handed, failed, .. } = out;
+        (handed, failed.map_or(Ok(()), Err))
     }
 
     /// The upgrade failed after the connections were handed over: splice them
@@ -207,6 +266,39 @@ impl Server {
         }
         notify::main_pid();
         info!(connections = n, "upgrade_rolled_back");
+    }
+}
+
+/// The connections handed over so far, how many of them went to the new
+/// process, and the error that ended the sending, if one did.
+#[derive(Default)]
+struct Outbox {
+    handed: Vec<HandedConn>,
+    sent: usize,
+    failed: Option<UpgradeError>,
+}
+
+impl Outbox {
+    /// Send what is not sent yet, busiest first: full messages only, or
+    /// `all` of it. Nothing once a send failed.
+    async fn send(&mut self, next: &mut OldSide, all: bool) {
+        if self.failed.is_some() {
+            return;
+        }
+        let unsent = &mut self.handed[self.sent..];
+        let n = if all {
+            unsent.len()
+        } else {
+            unsent.len() - unsent.len() % CONNS_PER_MESSAGE
+        };
+        if n == 0 {
+            return;
+        }
+        HandedConn::busiest_first(unsent);
+        match next.send_conns(&unsent[..n]).await {
+            Ok(()) => self.sent += n,
+            Err(err) => self.failed = Some(err),
+        }
     }
 }
 
