@@ -2,8 +2,9 @@
 //! the same client connection), splice, and log one `closed` event.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use tokio::net::TcpStream;
@@ -21,7 +22,9 @@ use crate::net::splice;
 use crate::net::splice::{KeepAliveLater, SpliceState};
 use crate::pool::admission::Admission;
 use crate::pool::close::{CloseReason, Closer, Tick};
-use crate::pool::registry::{BackendId, ConnEntry, ConnId, Lease, Pool, Target};
+use crate::pool::registry::{
+    BackendId, ConnEntry, ConnId, Lease, LegSocket, LegSource, Pool, Target,
+};
 
 /// Serve one accepted client until it closes, or until a live upgrade
 /// takes it (then its sockets go to `handovers`, open).
@@ -148,7 +151,6 @@ pub fn resume(
     let closer = Arc::new(Closer::handed(state.up.moved, state.down.moved, idle));
     let entry = ConnEntry {
         started: wall,
-        source: backend_socket.local_addr().ok(),
         ..ConnEntry::new(peer, closer.clone()).via(via)
     };
     let admission = (pool.upgrade().admit(peer.ip()), slot);
@@ -168,12 +170,14 @@ pub fn resume(
             TcpStream::from_std(client),
             TcpStream::from_std(backend_socket),
         ) {
-            (Ok(c), Ok(b)) => (c, b),
+            (Ok(c), Ok(b)) => (c, Arc::new(b)),
             (Err(err), _) | (_, Err(err)) => {
                 warn!(pool = %pool.name, conn, client = %peer, err = %err, "adopt_failed");
                 return;
             }
         };
+        pool.legs()
+            .set_source(target.id, conn, leg_source(&backend));
         let idle_timeout = pool.config().idle_timeout;
         let mut spliced = splice::resume(
             &client,
@@ -224,7 +228,7 @@ impl Ends<'_> {
         &self,
         out: splice::Outcome,
         handed: Option<SpliceState>,
-        sockets: (TcpStream, TcpStream),
+        sockets: (TcpStream, Arc<TcpStream>),
         handovers: &HandoverQueue,
         held: impl Sized,
     ) {
@@ -274,7 +278,7 @@ impl Ends<'_> {
     fn hand_over(
         &self,
         splice: SpliceState,
-        (client, backend): (TcpStream, TcpStream),
+        (client, backend): (TcpStream, Arc<TcpStream>),
         handovers: &HandoverQueue,
     ) -> Result<(), String> {
         let age = self.started.elapsed();
@@ -294,11 +298,35 @@ impl Ends<'_> {
                     .unwrap_or(u64::MAX),
             },
             client: client.into_std().map_err(|e| e.to_string())?,
-            backend_socket: backend.into_std().map_err(|e| e.to_string())?,
+            backend_socket: out_of_loop(backend).map_err(|e| e.to_string())?,
         };
         handovers
             .take(handed)
             .map_err(|_| "the upgrade no longer collects connections".to_owned())
+    }
+}
+
+/// The registry's view of a backend leg's socket: asked for its local
+/// address only when a listing shows it.
+impl LegSocket for TcpStream {
+    fn local(&self) -> Option<SocketAddr> {
+        self.local_addr().ok()
+    }
+}
+
+fn leg_source(backend: &Arc<TcpStream>) -> LegSource {
+    // Unsized to the trait object the registry holds.
+    let weak: Weak<TcpStream> = Arc::downgrade(backend);
+    weak
+}
+
+/// The backend leg's socket out of this event loop, for a handover. A
+/// listing that holds it this instant gets it closed when done, and the
+/// handover a duplicate of the descriptor.
+fn out_of_loop(backend: Arc<TcpStream>) -> std::io::Result<std::net::TcpStream> {
+    match Arc::try_unwrap(backend) {
+        Ok(stream) => stream.into_std(),
+        Err(shared) => Ok(shared.as_fd().try_clone_to_owned()?.into()),
     }
 }
 
@@ -328,7 +356,7 @@ fn judge_ending(
 struct Leg {
     lease: Lease,
     target: Target,
-    backend: TcpStream,
+    backend: Arc<TcpStream>,
     idle_timeout: Option<Duration>,
     /// Set on the backend leg once it has lived a little (TCP_NODELAY is
     /// set at connect).
@@ -388,7 +416,7 @@ async fn connect_some(
     (peer, via): (SocketAddr, Option<SocketAddr>),
     entry: &ConnEntry,
     timeout: Duration,
-) -> Result<(Lease, Target, TcpStream), CloseReason> {
+) -> Result<(Lease, Target, Arc<TcpStream>), CloseReason> {
     let mut tried: Vec<BackendId> = Vec::new();
     let origin = Origin::of(pool.config().source, peer.ip());
     loop {
@@ -407,8 +435,10 @@ async fn connect_some(
                 if fell_back {
                     source_fallback(pool, &target, conn, peer);
                 }
-                // One `getsockname` per connection, for `/connections`.
-                let leg = stream.local_addr().ok().map(|source| (conn, source));
+                // Shared with the registry, which asks it for its local
+                // address only when `/connections` shows it.
+                let stream = Arc::new(stream);
+                let leg = Some((conn, leg_source(&stream)));
                 if pool
                     .legs()
                     .splice_if_wanted(target.id, target.usable, &entry.closer, leg)

@@ -91,7 +91,7 @@ impl Connection {
             backend: c.backend.name.clone(),
             client: c.client,
             via: c.via,
-            source: c.source,
+            source: c.source(),
             started: rfc3339(c.started),
             age_s: now.duration_since(c.started).unwrap_or_default().as_secs(),
             bytes_up: c.bytes_up,

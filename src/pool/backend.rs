@@ -6,7 +6,6 @@
 //! [`crate::pool::stall`]'s, and the rest through the methods here.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +14,7 @@ use crate::config::BackendConfig;
 use crate::pool::drain::DrainRun;
 use crate::pool::health::BackendHealth;
 use crate::pool::node::NodeFacts;
-use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, ProbeRecord};
+use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, LegSource, ProbeRecord};
 use crate::pool::shed::ShedRun;
 use crate::pool::stall::Traffic;
 
@@ -153,9 +152,8 @@ impl Backend {
         self.conns.remove(&conn);
     }
 
-    /// Connection `conn`'s backend leg is up, from the local address
-    /// `source`.
-    pub(in crate::pool) fn set_source(&mut self, conn: ConnId, source: SocketAddr) {
+    /// Connection `conn`'s backend leg is up, on the socket `source`.
+    pub(in crate::pool) fn set_source(&mut self, conn: ConnId, source: LegSource) {
         if let Some(entry) = self.conns.get_mut(&conn) {
             entry.source = Some(source);
         }

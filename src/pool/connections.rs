@@ -22,7 +22,7 @@ use crate::config::{BackendConfig, IpNet};
 use crate::pool::backend::Backend;
 use crate::pool::close::{CloseReason, Tick};
 use crate::pool::operator::UnknownBackend;
-use crate::pool::registry::{ConnEntry, ConnId, Pool};
+use crate::pool::registry::{ConnEntry, ConnId, LegSource, Pool};
 use crate::pool::snapshot::ConnState;
 
 /// Which connections a listing shows.
@@ -76,8 +76,8 @@ pub struct ConnInfo {
     pub client: SocketAddr,
     /// The PROXY header's sender it came through.
     pub via: Option<SocketAddr>,
-    /// The local address of its backend leg, once connected.
-    pub source: Option<SocketAddr>,
+    /// Its backend leg's socket, once connected (see [`ConnInfo::source`]).
+    pub leg: Option<LegSource>,
     /// When the client was accepted (wall clock).
     pub started: SystemTime,
     /// Bytes client → backend so far.
@@ -89,6 +89,14 @@ pub struct ConnInfo {
     pub idle: Duration,
     /// Where it stands.
     pub phase: ConnPhase,
+}
+
+impl ConnInfo {
+    /// The local address of its backend leg, while it is open: asked of
+    /// the socket now (one `getsockname`), out of the pool lock.
+    pub fn source(&self) -> Option<SocketAddr> {
+        self.leg.as_ref()?.upgrade()?.local()
+    }
 }
 
 /// A pool's share of a listing.
@@ -181,7 +189,7 @@ impl Connections<'_> {
                     backend: b.config().clone(),
                     client: e.client,
                     via: e.via.as_deref().copied(),
-                    source: e.source,
+                    leg: e.source.clone(),
                     started: e.started,
                     bytes_up: e.closer.bytes_up.load(std::sync::atomic::Ordering::Relaxed),
                     bytes_down: e

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::config::Config;
 use crate::pool::close::Closer;
-use crate::pool::registry::{Lease, Target};
+use crate::pool::registry::{Lease, LegSocket, LegSource, Target};
 
 /// Pool `p` of backends `a` and `b`, drains spread over 1 s.
 fn pool() -> Arc<Pool> {
@@ -26,6 +26,16 @@ struct Conn {
     closer: Arc<Closer>,
     target: Target,
     _lease: Lease,
+    leg: Arc<Leg>,
+}
+
+/// A backend leg's socket, as the registry sees it: its local address.
+struct Leg(SocketAddr);
+
+impl LegSocket for Leg {
+    fn local(&self) -> Option<SocketAddr> {
+        Some(self.0)
+    }
 }
 
 /// Connection `id` from `client`, spliced from the local port `id`
@@ -35,7 +45,11 @@ fn connect(pool: &Arc<Pool>, id: ConnId, client: &str, via: Option<&str>) -> Con
     let via = via.map(|v| v.parse().unwrap());
     let entry = ConnEntry::new(client.parse().unwrap(), closer.clone()).via(via);
     let (lease, target) = pool.legs().reserve(id, entry, &[]).unwrap();
-    let source = SocketAddr::from(([127, 0, 0, 1], u16::try_from(id).unwrap()));
+    let leg = Arc::new(Leg(SocketAddr::from((
+        [127, 0, 0, 1],
+        u16::try_from(id).unwrap(),
+    ))));
+    let source: LegSource = Arc::downgrade(&leg) as LegSource;
     assert!(
         pool.legs()
             .splice_if_wanted(target.id, target.usable, &closer, Some((id, source)))
@@ -44,6 +58,7 @@ fn connect(pool: &Arc<Pool>, id: ConnId, client: &str, via: Option<&str>) -> Con
         closer,
         target,
         _lease: lease,
+        leg,
     }
 }
 
@@ -90,7 +105,7 @@ fn a_listing_is_newest_first_across_backends_bounded_by_its_limit() {
 fn a_listing_filters_by_client_network_and_says_where_each_stands() {
     let pool = pool();
     let _a = connect(&pool, 1, "10.1.2.3:5000", None);
-    let _b = connect(&pool, 2, "[::ffff:10.1.9.9]:5001", Some("192.0.2.9:7000"));
+    let b = connect(&pool, 2, "[::ffff:10.1.9.9]:5001", Some("192.0.2.9:7000"));
     let _c = connect(&pool, 3, "10.2.0.1:5002", None);
     let _d = connect(&pool, 4, "[2001:db8::1]:5003", None);
     let net = |s: &str| ConnFilter {
@@ -119,10 +134,13 @@ fn a_listing_filters_by_client_network_and_says_where_each_stands() {
     assert_eq!(two.conn, 2);
     assert_eq!(two.client, "[::ffff:10.1.9.9]:5001".parse().unwrap());
     assert_eq!(two.via, Some("192.0.2.9:7000".parse().unwrap()));
-    assert_eq!(two.source, Some("127.0.0.1:2".parse().unwrap()));
+    assert_eq!(two.source(), Some("127.0.0.1:2".parse().unwrap()));
     assert_eq!(two.phase, ConnPhase::Spliced);
     assert_eq!(listed.conns[3].via, None);
     assert!(two.idle < Duration::from_secs(60));
+    // The source is asked of the socket when shown: a closed one has none.
+    drop(b.leg);
+    assert_eq!(two.source(), None);
 }
 
 #[test]
@@ -134,7 +152,7 @@ fn a_connection_still_connecting_has_no_source_and_a_draining_one_says_so() {
     let _on_b = connect(&pool, 2, "10.0.0.1:2", None);
     let listed = pool.connections().list(&all(), 10, None).unwrap();
     let first = &listed.conns[1];
-    assert_eq!((first.phase, first.source), (ConnPhase::Connecting, None));
+    assert_eq!((first.phase, first.source()), (ConnPhase::Connecting, None));
     // A quarantine drains `a`: its spliced connections will be closed.
     let _on_a = connect(&pool, 3, "10.0.0.1:3", None);
     pool.operator()

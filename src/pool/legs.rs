@@ -5,7 +5,7 @@
 //! [`crate::pool::health`], applied under the pool lock as a probe report is
 //! ([`crate::pool::apply`]).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -18,7 +18,9 @@ use crate::pool::close::{CloseReason, Closer};
 use crate::pool::health::{Effect, Policy};
 use crate::pool::members::Members;
 use crate::pool::node;
-use crate::pool::registry::{BackendId, BackendStats, ConnEntry, ConnId, Lease, Pool, Target};
+use crate::pool::registry::{
+    BackendId, BackendStats, ConnEntry, ConnId, Lease, LegSource, Pool, Target,
+};
 use crate::pool::saved::kept;
 use crate::pool::select::{self, Candidate};
 
@@ -75,14 +77,14 @@ impl Legs<'_> {
     /// elsewhere. Under the pool lock, as drains are: a drain
     /// either came first (false here) or sees the connection spliced and
     /// closes it, so no client lands on a drained backend. `leg`, the
-    /// connection's id and the local address of its backend leg, is
-    /// recorded for `/connections` in the same critical section.
+    /// connection's id and its backend leg's socket, is recorded for
+    /// `/connections` in the same critical section.
     pub fn splice_if_wanted(
         &self,
         backend: BackendId,
         chosen_usable: bool,
         closer: &Closer,
-        leg: Option<(ConnId, SocketAddr)>,
+        leg: Option<(ConnId, LegSource)>,
     ) -> bool {
         let strict = node::strict(&self.pool.config().health);
         let mut m = self.pool.backends();
@@ -99,13 +101,7 @@ impl Legs<'_> {
         }
         closer.set_spliced();
         if let Some((conn, source)) = leg {
-            let Members {
-                active, leaving, ..
-            } = &mut *m;
-            let mut on = active.iter_mut().chain(leaving.iter_mut());
-            if let Some(b) = on.find(|b| b.id() == backend) {
-                b.set_source(conn, source);
-            }
+            set_source(&mut m, backend, conn, source);
         }
         if self.pool.handing_over.load(Ordering::Relaxed) {
             closer.close(CloseReason::Handover);
@@ -114,6 +110,13 @@ impl Legs<'_> {
             self.pool.drain_wake.notify_one();
         }
         true
+    }
+
+    /// Record connection `conn`'s backend leg socket, on `backend`, for
+    /// `/connections` (a connection handed over by a live upgrade, whose
+    /// socket joins this process's loop after it is registered).
+    pub fn set_source(&self, backend: BackendId, conn: ConnId, source: LegSource) {
+        set_source(&mut self.pool.backends(), backend, conn, source);
     }
 
     /// Record the outcome of a client connect to `backend` that began at
@@ -237,5 +240,17 @@ impl Legs<'_> {
     /// `stats`, or before it reached one (`None`).
     pub fn count_closed(&self, stats: Option<&BackendStats>, reason: CloseReason) {
         self.pool.tally.count_closed(stats, reason);
+    }
+}
+
+/// Record connection `conn`'s backend leg socket on `backend` (active or
+/// leaving).
+fn set_source(m: &mut Members, backend: BackendId, conn: ConnId, source: LegSource) {
+    let Members {
+        active, leaving, ..
+    } = m;
+    let mut on = active.iter_mut().chain(leaving.iter_mut());
+    if let Some(b) = on.find(|b| b.id() == backend) {
+        b.set_source(conn, source);
     }
 }

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
@@ -101,9 +101,20 @@ pub struct ConnEntry {
     /// The PROXY header's sender it came through: boxed, so a direct
     /// client's entry (most are) holds a null pointer, never an address.
     pub via: Option<Box<SocketAddr>>,
-    /// The local address of its backend leg, once connected.
-    pub source: Option<SocketAddr>,
+    /// Its backend leg's socket, once connected: asked for its local
+    /// address only when a listing shows it.
+    pub source: Option<LegSource>,
 }
+
+/// A backend leg's socket as the registry may ask it, without owning it.
+pub trait LegSocket: Send + Sync {
+    /// Its local address, while it is open.
+    fn local(&self) -> Option<SocketAddr>;
+}
+
+/// Where a connection's backend leg leaves from: its socket, asked when a
+/// listing shows it, so a connection nobody lists makes no `getsockname`.
+pub type LegSource = Weak<dyn LegSocket>;
 
 impl ConnEntry {
     /// A connection from `client`, accepted now, not yet connected.
