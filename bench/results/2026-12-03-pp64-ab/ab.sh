@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# 64-conn ping-pong, alternating pin-proxy binaries and HAProxy: pp3.sh ROUNDS BIN...
+set -eu
+R=$1; shift
+LG=${LG:-bench/loadgen/target/release/loadgen}
+read -r PE <<<"$($LG free-ports 1 | tr '\n' ' ')"
+$LG echo-server --listen 127.0.0.1:$PE >/dev/null 2>&1 & E=$!
+for r in $(seq $R); do for B in "$@" haproxy; do
+read -r PP <<<"$($LG free-ports 1 | tr '\n' ' ')"
+if [ $B = haproxy ]; then
+cat > ha.cfg <<Y
+global
+    nbthread 2
+    maxconn 9900
+defaults
+    mode tcp
+    maxconn 9900
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+frontend echo
+    bind 127.0.0.1:$PP
+    default_backend echo
+backend echo
+    server s1 127.0.0.1:$PE
+Y
+haproxy -f ha.cfg -db >/dev/null 2>&1 & P=$!
+else
+cat > pp.yaml <<Y
+log: { level: warn, format: text }
+defaults:
+  max_connections: 20000
+  health: { probe: connect, interval: 1h }
+pools:
+  - { name: p, listen: "127.0.0.1:$PP", backends: ["127.0.0.1:$PE"] }
+Y
+$B run -c pp.yaml >/dev/null 2>&1 & P=$!
+fi
+sleep 0.7
+$LG pingpong --target 127.0.0.1:$PP --conns 64 --duration 5 --warmup 1 --pid $P 2>/dev/null | python3 -c "import json,sys; d=json.load(sys.stdin); print('$r', '$(basename $B)', d['rps'], d['p99_us'], d['p999_us'], d['cpu_us_per_req'])"
+kill $P; wait $P 2>/dev/null || true
+done; done
+kill $E
