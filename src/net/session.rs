@@ -508,3 +508,56 @@ fn source_fallback(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr)
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    /// A connected pair on loopback: the tokio end and its peer.
+    async fn pair() -> (TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        (stream, peer)
+    }
+
+    /// Sends `b"x"` through `handed` and reads it at `peer`.
+    fn carries(handed: &mut std::net::TcpStream, peer: &mut std::net::TcpStream) {
+        handed.write_all(b"x").unwrap();
+        let mut byte = [0u8; 1];
+        peer.read_exact(&mut byte).unwrap();
+        assert_eq!(&byte, b"x");
+    }
+
+    /// A backend leg leaves the loop for a handover whole, or, while a
+    /// listing holds it, as a duplicate of its descriptor: either way the
+    /// connection goes on, and the registry's view of it ends with it.
+    #[tokio::test]
+    async fn a_backend_leg_leaves_the_loop_even_while_a_listing_holds_it() {
+        let (stream, mut peer) = pair().await;
+        let leg = Arc::new(stream);
+        let view = leg_source(&leg);
+        let local = leg.local_addr().unwrap();
+        assert_eq!(view.upgrade().and_then(|s| s.local()), Some(local));
+        let mut handed = out_of_loop(leg).unwrap();
+        assert_eq!(handed.local_addr().unwrap(), local);
+        carries(&mut handed, &mut peer);
+        assert!(view.upgrade().is_none(), "gone from the registry's view");
+
+        let (stream, mut peer) = pair().await;
+        let leg = Arc::new(stream);
+        let view = leg_source(&leg);
+        let listing = view.upgrade().unwrap();
+        let mut handed = out_of_loop(leg).unwrap();
+        assert_eq!(handed.local_addr().unwrap(), listing.local().unwrap());
+        drop(listing);
+        // The listing's reference closed its descriptor; the duplicate
+        // still carries the connection.
+        assert!(view.upgrade().is_none());
+        carries(&mut handed, &mut peer);
+    }
+}
