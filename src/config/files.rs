@@ -1,4 +1,5 @@
-//! How the proxy opens the files it writes (`log.file` and its rotations,
+//! How the proxy opens the files it reads (bounded, and never a device or
+//! a FIFO) and those it writes (`log.file` and its rotations,
 //! `state_file` and its temporary files): never through a symbolic link at
 //! the path, never a device or a FIFO, and a new file only where nothing
 //! is. In a directory another user can write, a link planted at a name the
@@ -13,6 +14,50 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{CWD, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use rustix::rand::{GetRandomFlags, getrandom};
+
+/// The bytes of the file at `path`, or `None` when it holds more than
+/// `max`: a stray huge file is refused after reading `max + 1` bytes, not
+/// all of it.
+///
+/// # Errors
+/// Opening or reading the file.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    use io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= max).then_some(bytes))
+}
+
+/// An error naming what `path` is when it is there and not a regular file
+/// (symbolic links followed): a device, a FIFO, a directory.
+pub(crate) fn refuse_special_file(path: &Path) -> io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({})", file_kind(&meta)),
+        )),
+        // Missing, or out of reach: opening it tells.
+        _ => Ok(()),
+    }
+}
+
+/// What a file that is not a regular one is, in a word.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
 
 /// Permission bits of a new file, before the umask takes its share.
 const NEW_FILE_MODE: u32 = 0o666;

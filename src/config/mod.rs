@@ -445,54 +445,10 @@ impl fmt::Debug for SecretUrl {
 /// stray huge file from costing hundreds of MiB to parse.
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
-/// The bytes of the file at `path`, or `None` when it holds more than
-/// `max`: a stray huge file is refused after reading `max + 1` bytes, not
-/// all of it.
-///
-/// # Errors
-/// Opening or reading the file.
-pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
-    Ok((bytes.len() as u64 <= max).then_some(bytes))
-}
-
-/// An error naming what `path` is when it is there and not a regular file
-/// (symbolic links followed): a device, a FIFO, a directory.
-pub(crate) fn refuse_special_file(path: &Path) -> std::io::Result<()> {
-    match std::fs::metadata(path) {
-        Ok(meta) if !meta.is_file() => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("not a regular file ({})", file_kind(&meta)),
-        )),
-        // Missing, or out of reach: opening it tells.
-        _ => Ok(()),
-    }
-}
-
-/// What a file that is not a regular one is, in a word.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
 /// The file's text, refusing one over [`MAX_FILE_BYTES`] without reading
 /// more than that.
 fn read_capped(path: &Path) -> Result<String, ConfigError> {
-    let bytes = read_bounded(path, MAX_FILE_BYTES)
+    let bytes = files::read_bounded(path, MAX_FILE_BYTES)
         .map_err(|e| ConfigError::io(path, &e))?
         .ok_or_else(|| ConfigError::too_large(path, MAX_FILE_BYTES))?;
     String::from_utf8(bytes).map_err(|e| {

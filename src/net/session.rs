@@ -1,5 +1,6 @@
 //! One client connection's life: pick a backend, connect (failing over within
-//! the same client connection), splice, and log one `closed` event.
+//! the same client connection: `session/open.rs`), splice, and log one
+//! `closed` event, or hand the connection to a live upgrade.
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -10,21 +11,19 @@ use std::time::{Duration, SystemTime};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
-use crate::config::KeepaliveConfig;
 use crate::net::closed_log::{self, Closed};
-use crate::net::connect::{self, ConnectError, Connected};
 use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue};
-use crate::net::sockopt;
-use crate::net::source::Origin;
 use crate::net::splice;
 use crate::net::splice::{KeepAliveLater, SpliceState};
 use crate::pool::admission::Admission;
 use crate::pool::close::{CloseReason, Closer, Tick};
-use crate::pool::registry::{
-    BackendId, ConnEntry, ConnId, Lease, LegSocket, LegSource, Pool, Target,
-};
+use crate::pool::registry::{ConnEntry, ConnId, LegSocket, LegSource, Pool, Target};
+
+mod open;
+
+use open::open;
 
 /// Serve one accepted client until it closes, or until a live upgrade
 /// takes it (then its sockets go to `handovers`, open).
@@ -349,163 +348,6 @@ fn judge_ending(
             .record_closed_at_once(target.id, started, peer.ip());
     } else if out.bytes_down > 0 && target.stats.closing_at_once.load(Ordering::Relaxed) {
         pool.legs().record_served(target.id);
-    }
-}
-
-/// A connected backend leg, ready to splice.
-struct Leg {
-    lease: Lease,
-    target: Target,
-    backend: Arc<TcpStream>,
-    idle_timeout: Option<Duration>,
-    /// Set on the backend leg once it has lived a little (TCP_NODELAY is
-    /// set at connect).
-    keepalive: KeepaliveConfig,
-}
-
-/// Connect the backend leg, or log the client's `closed` event and give up.
-async fn open(
-    pool: &Arc<Pool>,
-    conn: ConnId,
-    (peer, via): (SocketAddr, Option<SocketAddr>),
-    closer: &Arc<Closer>,
-    started: Instant,
-) -> Option<Leg> {
-    let config = pool.config();
-    let entry = ConnEntry::new(peer, closer.clone()).via(via);
-    let (lease, target, backend) =
-        match connect_some(pool, conn, (peer, via), &entry, config.connect_timeout).await {
-            Ok(leg) => leg,
-            Err(reason) => {
-                pool.legs().count_closed(None, reason);
-                let closed = Closed {
-                    backend: None,
-                    conn,
-                    client: peer,
-                    via,
-                    bytes_up: 0,
-                    bytes_down: 0,
-                    duration: started.elapsed(),
-                    reason,
-                    err: None,
-                };
-                closed_log::closed(pool, closed);
-                return None;
-            }
-        };
-    if let Err(err) = sockopt::nodelay(&backend) {
-        debug!(pool = %pool.name, conn, backend = %target.config.name, leg = "backend", %err, "sockopt_failed");
-    }
-    Some(Leg {
-        lease,
-        target,
-        backend,
-        idle_timeout: config.idle_timeout,
-        keepalive: config.keepalive,
-    })
-}
-
-/// Try candidates in selection order until one connects. Each backend is
-/// tried at most once for this client. Fails, with the `closed` reason,
-/// once every one failed (`no_backend`), when this process is out of
-/// descriptors or memory (`local_resources`: not the backend's fault, not
-/// counted against it), or when the connection was closed meanwhile.
-async fn connect_some(
-    pool: &Arc<Pool>,
-    conn: ConnId,
-    (peer, via): (SocketAddr, Option<SocketAddr>),
-    entry: &ConnEntry,
-    timeout: Duration,
-) -> Result<(Lease, Target, Arc<TcpStream>), CloseReason> {
-    let mut tried: Vec<BackendId> = Vec::new();
-    let origin = Origin::of(pool.config().source, peer.ip());
-    loop {
-        let (lease, target) = pool
-            .legs()
-            .reserve(conn, entry.clone(), &tried)
-            .ok_or(CloseReason::NoBackend)?;
-        tried.push(target.id);
-        let attempt = Instant::now();
-        let result = tokio::select! {
-            r = connect::connect_from(&target.config.addr, timeout, pool.own(), origin) => r,
-            () = entry.closer.closed() => return Err(entry.closer.reason()),
-        };
-        match result {
-            Ok(Connected { stream, fell_back }) => {
-                if fell_back {
-                    source_fallback(pool, &target, conn, peer);
-                }
-                // Shared with the registry, which asks it for its local
-                // address only when `/connections` shows it.
-                let stream = Arc::new(stream);
-                let leg = Some((conn, leg_source(&stream)));
-                if pool
-                    .legs()
-                    .splice_if_wanted(target.id, target.usable, &entry.closer, leg)
-                {
-                    pool.legs().record_connect(target.id, attempt, true);
-                    debug!(
-                        pool = %pool.name, backend = %target.config.name, conn, client = %peer,
-                        via = via.map(tracing::field::display), "connected"
-                    );
-                    return Ok((lease, target, stream));
-                }
-                // The backend went bad while we connected and a good one
-                // exists: go there instead of landing on a drained node.
-                debug!(pool = %pool.name, backend = %target.config.name, conn, "connect_superseded");
-            }
-            Err(ConnectError::SelfLoop { to, .. }) => {
-                drop(lease);
-                pool.legs().record_self_loop(target.id, to);
-            }
-            Err(err) if err.is_local() => {
-                log_failure(pool, &target, conn, (peer, via), &err);
-                return Err(CloseReason::LocalResources);
-            }
-            Err(err) => {
-                drop(lease);
-                match err.refused_client() {
-                    // From the client's own address: the node may refuse
-                    // that client alone, judged per client.
-                    Some(client) => pool
-                        .legs()
-                        .record_closed_at_once(target.id, attempt, client),
-                    None => pool.legs().record_connect(target.id, attempt, false),
-                }
-                log_failure(pool, &target, conn, (peer, via), &err);
-            }
-        }
-    }
-}
-
-fn log_failure(
-    pool: &Pool,
-    target: &Target,
-    conn: ConnId,
-    (peer, via): (SocketAddr, Option<SocketAddr>),
-    err: &ConnectError,
-) {
-    warn!(
-        pool = %pool.name, backend = %target.config.name, conn, client = %peer,
-        via = via.map(tracing::field::display),
-        reason = err.kind().as_str(), err = err.to_string().as_str(), "connect_failed"
-    );
-}
-
-/// The client and the backend are of different address families, so the
-/// connection was made from the proxy's own address: counted, and logged
-/// at the backend's 1st, 2nd, 4th, 8th ... such connection.
-fn source_fallback(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr) {
-    let count = target
-        .stats
-        .source_fallbacks
-        .fetch_add(1, Ordering::Relaxed)
-        + 1;
-    if count.is_power_of_two() {
-        info!(
-            pool = %pool.name, backend = %target.config.name, conn, client = %peer,
-            source = %pool.config().source, count, "source_fallback"
-        );
     }
 }
 

@@ -1,7 +1,8 @@
 //! The admin HTTP endpoint (`admin.listen`): accept loop, allow-list, and the
 //! bounds that keep a slow or hostile admin client from stalling the proxy or
 //! other admin clients. The routes themselves live in `admin/routes.rs`
-//! (those of `/connections`, close and shed in `admin/conns.rs`), the
+//! (those of `/connections`, close and shed in `admin/conns.rs`), what a
+//! request asks is parsed in `admin/request.rs`, the
 //! status page at `/` in `admin/page.rs`, the refusal of cross-site
 //! commands in `admin/origin.rs`, and of a `Host` the endpoint does not
 //! answer to (DNS rebinding) in `admin/host.rs`.
@@ -22,14 +23,13 @@ mod conns;
 mod host;
 mod origin;
 mod page;
+mod request;
 mod routes;
 mod slots;
 
 pub use conns::{CloseAnswer, ShedAnswer};
-pub use routes::{
-    AdminRequest, BackendAnswer, ErrorAnswer, REQUEST_TIMEOUT, UPGRADE_REQUEST_TIMEOUT,
-    parse_request,
-};
+pub use request::{AdminRequest, parse_request};
+pub use routes::{BackendAnswer, ErrorAnswer, REQUEST_TIMEOUT, UPGRADE_REQUEST_TIMEOUT};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

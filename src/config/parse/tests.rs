@@ -1,4 +1,5 @@
 //! Unit tests of parsing: default merging and every validation rule.
+//! Over 500 lines: one table or case per rule, kept beside each other.
 
 use std::path::Path;
 use std::time::Duration;

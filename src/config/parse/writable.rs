@@ -11,7 +11,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::error::{Invalid, invalid};
-use crate::config::{Config, files, refuse_special_file};
+use crate::config::Config;
+use crate::config::files::{self, refuse_special_file};
 
 /// The existing log file at `file` (`log.file`) opens as `run` will open
 /// it (appending, never through a link), and its directory takes new

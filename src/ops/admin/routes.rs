@@ -1,5 +1,7 @@
 //! The admin routes: one request in, one response out. Every failure is a
 //! JSON `{"error": "..."}` answer with its status code; nothing here panics.
+//! What a request asks (its route, names and query) is read in
+//! `admin/request.rs` before anything here runs.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,7 +10,6 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -17,14 +18,12 @@ use super::conns;
 use super::host;
 use super::origin;
 use super::page::Page;
+use super::request::{AdminRequest, parse_request};
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
-use crate::ops::connections::ConnQuery;
 use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
 use crate::ops::status::{BackendStatus, QuarantineStatus};
 use crate::pool::admission::Refusal;
-use crate::pool::health::MAX_MANUAL_WINDOW;
-use crate::pool::registry::ConnId;
 
 /// Largest request body accepted (bodies are ignored, but must end).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -36,9 +35,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// Budget for answering `POST /upgrade`: beyond any `upgrade_timeout`
 /// (the upgrade itself gives up first and answers 422).
 pub const UPGRADE_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
-/// Longest manual quarantine accepted, in days: far beyond any
-/// maintenance, and keeps the window's end representable.
-const MAX_WINDOW_DAYS: u64 = MAX_MANUAL_WINDOW.as_secs() / 86_400;
 
 /// What every request handler shares.
 pub struct Ctx {
@@ -94,196 +90,6 @@ impl Fail {
     pub(super) fn new(status: StatusCode, msg: impl Into<String>) -> Fail {
         Fail(status, msg.into())
     }
-}
-
-/// The admin routes.
-#[derive(Debug)]
-enum Route {
-    Page,
-    Status,
-    Metrics,
-    Healthz,
-    Reload,
-    Upgrade,
-    Quarantine { pool: String, backend: String },
-    Release { pool: String, backend: String },
-    Shed { pool: String, backend: String },
-    Connections,
-    Close { conn: String },
-}
-
-impl Route {
-    /// The route of `path`, or `None` for an unknown path.
-    fn parse(path: &str) -> Result<Option<Route>, Fail> {
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let route = match segments.as_slice() {
-            [""] => Route::Page,
-            ["status"] => Route::Status,
-            ["metrics"] => Route::Metrics,
-            ["healthz"] => Route::Healthz,
-            ["reload"] => Route::Reload,
-            ["upgrade"] => Route::Upgrade,
-            ["connections"] => Route::Connections,
-            ["connections", conn, "close"] => Route::Close {
-                conn: decode(conn)?,
-            },
-            // A discovered backend's name holds a `/` (`ltc/10.0.0.1:9333`):
-            // everything between `backends` and the action is the name,
-            // sent as it is or percent-encoded.
-            ["pools", pool, "backends", backend @ .., action] if !backend.is_empty() => {
-                let (pool, backend) = (decode(pool)?, decode(&backend.join("/"))?);
-                match *action {
-                    "quarantine" => Route::Quarantine { pool, backend },
-                    "release" => Route::Release { pool, backend },
-                    "shed" => Route::Shed { pool, backend },
-                    _ => return Ok(None),
-                }
-            }
-            _ => return Ok(None),
-        };
-        Ok(Some(route))
-    }
-
-    fn allow(&self) -> &'static str {
-        match self {
-            Route::Page | Route::Status | Route::Metrics | Route::Healthz | Route::Connections => {
-                "GET, HEAD"
-            }
-            Route::Reload
-            | Route::Upgrade
-            | Route::Quarantine { .. }
-            | Route::Release { .. }
-            | Route::Shed { .. }
-            | Route::Close { .. } => "POST",
-        }
-    }
-
-    fn accepts(&self, method: &Method) -> bool {
-        match self {
-            Route::Page | Route::Status | Route::Metrics | Route::Healthz | Route::Connections => {
-                method == Method::GET || method == Method::HEAD
-            }
-            _ => method == Method::POST,
-        }
-    }
-}
-
-/// An admin request as routed from its method and URI, before it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdminRequest {
-    /// `GET /`: the status page.
-    Page,
-    /// `GET /status`.
-    Status,
-    /// `GET /metrics`.
-    Metrics,
-    /// `GET /healthz`.
-    Healthz,
-    /// `POST /reload`.
-    Reload,
-    /// `POST /upgrade`.
-    Upgrade,
-    /// `POST /pools/{pool}/backends/{backend}/quarantine?for=...`.
-    Quarantine {
-        /// Pool name (percent-decoded).
-        pool: String,
-        /// Backend name (percent-decoded).
-        backend: String,
-        /// The `for` window.
-        window: Duration,
-    },
-    /// `POST /pools/{pool}/backends/{backend}/release`.
-    Release {
-        /// Pool name (percent-decoded).
-        pool: String,
-        /// Backend name (percent-decoded).
-        backend: String,
-    },
-    /// `GET /connections?pool=&backend=&client=&limit=`.
-    Connections(ConnQuery),
-    /// `POST /connections/{conn}/close`.
-    Close {
-        /// The connection's id.
-        conn: ConnId,
-    },
-    /// `POST /pools/{pool}/backends/{backend}/shed?count=N`.
-    Shed {
-        /// Pool name (percent-decoded).
-        pool: String,
-        /// Backend name (percent-decoded).
-        backend: String,
-        /// How many of its newest connections, at least 1.
-        count: usize,
-    },
-}
-
-/// Why a request is refused before it runs.
-#[derive(Debug)]
-pub struct RouteError {
-    /// 400, 404 or 405.
-    pub status: StatusCode,
-    /// For the JSON `error` field.
-    pub message: String,
-    /// The `Allow` header of a 405.
-    pub allow: Option<&'static str>,
-}
-
-/// Route a request: unknown path 404, bad path encoding, `?for=`,
-/// `/connections` query, connection id or `?count=` 400, wrong method 405.
-/// Pure: no state is read or changed.
-///
-/// # Errors
-/// The [`RouteError`] to send.
-pub fn parse_request(method: &Method, uri: &hyper::Uri) -> Result<AdminRequest, RouteError> {
-    let refuse = |Fail(status, message): Fail| RouteError {
-        status,
-        message,
-        allow: None,
-    };
-    let route = Route::parse(uri.path())
-        .map_err(refuse)?
-        .ok_or_else(|| refuse(Fail::new(StatusCode::NOT_FOUND, "no such admin route")))?;
-    if !route.accepts(method) {
-        let allow = route.allow();
-        return Err(RouteError {
-            status: StatusCode::METHOD_NOT_ALLOWED,
-            message: format!("method {method} not allowed; use {allow}"),
-            allow: Some(allow),
-        });
-    }
-    Ok(match route {
-        Route::Page => AdminRequest::Page,
-        Route::Status => AdminRequest::Status,
-        Route::Metrics => AdminRequest::Metrics,
-        Route::Healthz => AdminRequest::Healthz,
-        Route::Reload => AdminRequest::Reload,
-        Route::Upgrade => AdminRequest::Upgrade,
-        Route::Quarantine { pool, backend } => AdminRequest::Quarantine {
-            pool,
-            backend,
-            window: window(uri.query().unwrap_or("")).map_err(refuse)?,
-        },
-        Route::Release { pool, backend } => AdminRequest::Release { pool, backend },
-        Route::Connections => {
-            AdminRequest::Connections(conns::query(uri.query().unwrap_or("")).map_err(refuse)?)
-        }
-        Route::Close { conn } => AdminRequest::Close {
-            conn: conns::conn_id(&conn).map_err(refuse)?,
-        },
-        Route::Shed { pool, backend } => AdminRequest::Shed {
-            pool,
-            backend,
-            count: conns::count(uri.query().unwrap_or("")).map_err(refuse)?,
-        },
-    })
-}
-
-/// A percent-decoded path segment.
-fn decode(segment: &str) -> Result<String, Fail> {
-    percent_decode_str(segment)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| Fail::new(StatusCode::BAD_REQUEST, "path is not valid UTF-8"))
 }
 
 /// Answer one request from `peer` (an allowed client holding a slot),
@@ -501,26 +307,6 @@ fn too_large() -> Fail {
     )
 }
 
-/// The `for` query parameter: a humantime duration, more than zero.
-fn window(query: &str) -> Result<Duration, Fail> {
-    let bad = |msg: String| Fail::new(StatusCode::BAD_REQUEST, msg);
-    let value = url::form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == "for")
-        .map(|(_, v)| v.into_owned())
-        .ok_or_else(|| bad("missing duration: add ?for=10m".to_owned()))?;
-    let window = humantime::parse_duration(&value)
-        .map_err(|e| bad(format!("bad duration {value:?}: {e}")))?;
-    if window.is_zero() {
-        return Err(bad("duration must be more than 0".to_owned()));
-    }
-    if window > MAX_MANUAL_WINDOW {
-        return Err(bad(format!(
-            "duration {value:?} is over the maximum of {MAX_WINDOW_DAYS} days"
-        )));
-    }
-    Ok(window)
-}
-
 async fn reload(ctx: &Ctx) -> Result<Answer, Fail> {
     match ctx.control.reload().await {
         Ok(changes) => {
@@ -615,7 +401,3 @@ pub(super) fn answer(status: StatusCode, content_type: &'static str, body: Bytes
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     answer
 }
-
-#[cfg(test)]
-#[path = "routes_tests.rs"]
-mod tests;

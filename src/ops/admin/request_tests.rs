@@ -1,4 +1,4 @@
-//! Unit tests of the admin routing: paths, names, methods, windows.
+//! Unit tests of the admin request parsing: paths, names, methods, windows.
 
 use super::*;
 
