@@ -1,5 +1,6 @@
-//! How the proxy opens the files it reads (bounded, and never a device or
-//! a FIFO) and those it writes (`log.file` and its rotations,
+//! How the proxy reads files (bounded: a stray huge one is refused after
+//! `max + 1` bytes; `state_file` is also refused when it is a device or a
+//! FIFO) and opens those it writes (`log.file` and its rotations,
 //! `state_file` and its temporary files): never through a symbolic link at
 //! the path, never a device or a FIFO, and a new file only where nothing
 //! is. In a directory another user can write, a link planted at a name the

@@ -2,8 +2,9 @@
 //! bytes held for a slow receiver (or in its pipe) resumes exactly, the
 //! held bytes first, the counts carried, nothing lost or repeated; a quiet
 //! direction gives its pipe back; the last bytes leave with the FIN; bytes
-//! before a reset are forwarded. Over 500 lines: the sockets each case
-//! sets up to a byte-exact state.
+//! before a reset are forwarded; the backend leg's keepalive is set once it
+//! has lived, and before a young leg is handed over. Over 500 lines: the
+//! sockets each case sets up to a byte-exact state.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -17,8 +17,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::files;
-use crate::config::files::{read_bounded, refuse_special_file};
+use crate::config::files::{self, read_bounded, refuse_special_file};
 use crate::ops::control::Control;
 use crate::pool::health::QuarantineReason;
 use crate::pool::registry::Pool;

@@ -1,7 +1,8 @@
 //! One direction of a splice: bytes from one socket to the other, through
 //! the worker's scratch buffer or, while whole buffers move, a lent pipe;
-//! the unwritten rest held while the receiver is slow; EOF passed on as a
-//! half-close. Its state is what a live upgrade carries ([`DirState`]).
+//! the unwritten rest held while the receiver is slow; done at EOF (the
+//! half-close that passes it on is `splice.rs`'s). Its state is what a
+//! live upgrade carries ([`DirState`]).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +36,7 @@ pub(super) struct Dir {
     pub(super) done: bool,
     /// Its last busy spell moved whole buffers: the next one starts
     /// through a pipe at once, without a copied buffer to find out.
-    pub(super) bulk: bool,
+    bulk: bool,
     /// Lent while the direction moves whole buffers: bytes then go
     /// socket → pipe → socket in the kernel (`splice(2)`). Given back
     /// when it goes quiet with the pipe empty.
@@ -52,9 +53,9 @@ impl Drop for Dir {
 
 /// The unwritten rest of one chunk.
 pub(super) struct Unwritten {
-    pub(super) data: Vec<u8>,
+    data: Vec<u8>,
     /// How much of `data` has been written.
-    pub(super) sent: usize,
+    sent: usize,
 }
 
 impl From<DirState> for Dir {

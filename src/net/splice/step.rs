@@ -78,7 +78,8 @@ pub(super) fn step(from: &TcpStream, to: &TcpStream) -> Result<Forwarded, Fault>
     SCRATCH.with_borrow_mut(|buf| {
         let (mut short, mut closed) = (0, false);
         // A short read drained the socket: report it as `WouldBlock` so
-        // `try_io` clears the readiness now (see the module docs).
+        // `try_io` clears the readiness now (see the module docs of
+        // `splice.rs`).
         let read = from.try_io(Interest::READABLE, || {
             let n = (&*SockRef::from(from)).read(buf)?;
             if n > 0 && n < buf.len() {

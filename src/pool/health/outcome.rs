@@ -1,5 +1,5 @@
 //! The words of a backend's health, as the contract names them: where it
-//! stands ([`State`]), what a probe or connect said ([`ProbeOutcome`]),
+//! stands ([`State`]), what one probe found ([`ProbeOutcome`]),
 //! and why it is quarantined ([`QuarantineReason`]), each with the name
 //! logs, `/status` and metrics use.
 
