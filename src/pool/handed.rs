@@ -83,6 +83,53 @@ impl Movable {
     }
 }
 
+/// A live upgrade's pace: the connections stop a wave at a time, in the
+/// order given, and the next wave only once every one of the last is done.
+#[derive(Debug)]
+pub struct Waves {
+    movable: Vec<Movable>,
+    size: usize,
+    /// How many have been stopped (a prefix of `movable`).
+    stopped: usize,
+    /// How many of those are known done (a prefix of the stopped).
+    done: usize,
+}
+
+impl Waves {
+    /// `movable` in the order to stop them, `size` at a time (at least 1).
+    /// None stops yet.
+    pub fn new(movable: Vec<Movable>, size: usize) -> Waves {
+        Waves {
+            movable,
+            size: size.max(1),
+            stopped: 0,
+            done: 0,
+        }
+    }
+
+    /// True once every connection stopped so far is done.
+    pub fn settled(&mut self) -> bool {
+        while self.done < self.stopped && self.movable[self.done].is_done() {
+            self.done += 1;
+        }
+        self.done == self.stopped
+    }
+
+    /// Stop the next wave, or every one left when `all`. False when none
+    /// was left to stop.
+    pub fn stop_next(&mut self, all: bool) -> bool {
+        let left = self.movable.len() - self.stopped;
+        if left == 0 {
+            return false;
+        }
+        let n = if all { left } else { left.min(self.size) };
+        let wave = &self.movable[self.stopped..self.stopped + n];
+        wave.iter().for_each(Movable::stop);
+        self.stopped += n;
+        true
+    }
+}
+
 impl Pool {
     /// This pool's part in a live upgrade.
     pub fn upgrade(self: &Arc<Self>) -> Upgrade<'_> {
@@ -216,7 +263,7 @@ impl Upgrade<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::{Mutex, Weak};
     use std::task::{Context, Wake, Waker};
     use std::time::Duration;
 
@@ -284,5 +331,68 @@ mod tests {
         assert!(!movable.iter().any(Movable::is_done));
         drop(held);
         assert!(movable.iter().all(Movable::is_done));
+    }
+
+    /// The next wave stops only once every connection of the last is done
+    /// (its session let go of it), never two at once; a late upgrade stops
+    /// all that are left.
+    #[test]
+    fn waves_stop_one_at_a_time_and_each_after_the_last_is_done() {
+        // Seven connections, each held by its "session" until dropped.
+        let mut held: Vec<Option<Arc<Closer>>> =
+            (0..7).map(|_| Some(Arc::new(Closer::new()))).collect();
+        let watch: Vec<Weak<Closer>> = held.iter().flatten().map(Arc::downgrade).collect();
+        let stopped = || {
+            watch
+                .iter()
+                .filter(|w| w.upgrade().is_some_and(|c| c.is_closing()))
+                .count()
+        };
+        let movable = held
+            .iter()
+            .flatten()
+            .map(|closer| Movable {
+                idle: Duration::ZERO,
+                closer: closer.clone(),
+            })
+            .collect();
+        let mut waves = Waves::new(movable, 3);
+        assert!(waves.settled(), "nothing stopped, nothing to wait for");
+        assert_eq!(stopped(), 0, "none stops before it is asked");
+
+        assert!(waves.stop_next(false));
+        assert_eq!(stopped(), 3);
+        let first = &held[..3];
+        assert!(
+            first
+                .iter()
+                .flatten()
+                .all(|c| c.reason() == CloseReason::Handover)
+        );
+        // Two of the wave are done: not settled yet.
+        held[0] = None;
+        held[2] = None;
+        assert!(!waves.settled());
+        assert_eq!(stopped(), 3, "nothing more stops until asked");
+        held[1] = None;
+        assert!(waves.settled());
+
+        assert!(waves.stop_next(false));
+        assert_eq!(stopped(), 6);
+        assert!(
+            !waves.settled(),
+            "the second wave's sessions still hold them"
+        );
+        held[3] = None;
+        held[4] = None;
+        assert!(!waves.settled());
+
+        // Late: the rest stop at once, whatever the last wave's state.
+        assert!(waves.stop_next(true));
+        assert_eq!(stopped(), 7);
+        assert!(!waves.stop_next(false), "none left");
+        assert!(!waves.settled());
+        held.iter_mut().for_each(|h| *h = None);
+        assert!(waves.settled());
     }
 }

@@ -20,7 +20,7 @@ use super::Server;
 use super::listen::{handed, resume_accepting, stop_accepting};
 use crate::net::handover::HandedConn;
 use crate::ops::control::{UpgradeError, Upgraded};
-use crate::pool::handed::Movable;
+use crate::pool::handed::{Movable, Waves};
 use crate::runtime::handover::old_side::OldSide;
 use crate::runtime::handover::protocol::{CONNS_PER_MESSAGE, HandedListener, Handover, Owner};
 use crate::runtime::notify;
@@ -194,27 +194,25 @@ impl Server {
             .collect();
         Movable::idlest_first(&mut movable);
         let mut out = Outbox::default();
-        for wave in movable.chunks(WAVE) {
-            wave.iter().for_each(Movable::stop);
-            let mut done = 0;
-            loop {
-                while let Ok(f) = rx.try_recv() {
-                    out.handed.push(f);
-                }
-                out.send(next, false).await;
-                while done < wave.len() && wave[done].is_done() {
-                    done += 1;
-                }
-                if done == wave.len() || Instant::now() >= give_up {
+        let mut waves = Waves::new(movable, WAVE);
+        waves.stop_next(false);
+        loop {
+            while let Ok(f) = rx.try_recv() {
+                out.handed.push(f);
+            }
+            out.send(next, false).await;
+            let late = Instant::now() >= give_up;
+            if waves.settled() || late {
+                // A failed send stops no more: the wave already stopped
+                // has been collected, to be taken back.
+                if out.failed.is_some() || !waves.stop_next(late) || late {
                     break;
                 }
-                tokio::select! {
-                    Some(f) = rx.recv() => out.handed.push(f),
-                    () = tokio::time::sleep(WAVE_POLL) => {}
-                }
+                continue;
             }
-            if out.failed.is_some() {
-                break;
+            tokio::select! {
+                Some(f) = rx.recv() => out.handed.push(f),
+                () = tokio::time::sleep(WAVE_POLL) => {}
             }
         }
         // The rest: connections still connecting, and any a wave gave up on.
