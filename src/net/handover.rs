@@ -59,6 +59,10 @@ pub struct ConnMeta {
     /// that did not say).
     #[serde(default)]
     pub idle_ms: u64,
+    /// Its client's last bytes still await an answer (`stall_rule:
+    /// request` counts its silence). Sent only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owes: bool,
 }
 
 /// Where sessions put their handed over connections while an upgrade collects

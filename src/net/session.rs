@@ -142,12 +142,15 @@ pub fn resume(
         started: wall,
         splice: state,
         idle_ms,
+        owes,
         ..
     } = meta;
     let age = SystemTime::now().duration_since(wall).unwrap_or_default();
     let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
     let idle = Duration::from_millis(idle_ms);
-    let closer = Arc::new(Closer::handed(state.up.moved, state.down.moved, idle));
+    let closer = Closer::handed(state.up.moved, state.down.moved, idle);
+    closer.owes.store(owes, Ordering::Relaxed);
+    let closer = Arc::new(closer);
     let entry = ConnEntry {
         started: wall,
         ..ConnEntry::new(peer, closer.clone()).via(via)
@@ -295,6 +298,7 @@ impl Ends<'_> {
                 splice,
                 idle_ms: u64::try_from(Tick::now().since(self.closer.last_active()).as_millis())
                     .unwrap_or(u64::MAX),
+                owes: self.closer.owes.load(Ordering::Relaxed),
             },
             client: client.into_std().map_err(|e| e.to_string())?,
             backend_socket: out_of_loop(backend).map_err(|e| e.to_string())?,

@@ -183,6 +183,7 @@ mod tests {
             started: SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123),
             splice,
             idle_ms: 61_500,
+            owes: true,
         };
         let json = serde_json::to_vec(&[&conn]).unwrap();
         let back: Vec<ConnMeta> = serde_json::from_slice(&json).unwrap();

@@ -1,6 +1,9 @@
 //! The health state goes over with the connections: a manual 10-minute
 //! window (same end, same reason), strikes (the escalation level), and a
-//! quarantined backend keeps getting no clients in the new process.
+//! quarantined backend keeps getting no clients in the new process; a
+//! request still unanswered stays owed.
+
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -11,6 +14,7 @@ use crate::support::blockbook::RestTwin;
 use crate::support::live_on;
 use crate::support::nodes::{Node, refused_addr};
 use crate::support::proxy::Proxy;
+use crate::support::stall::config_with;
 use crate::support::upgrade::{Bin, T, config, status, upgrade_ok};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,4 +151,49 @@ async fn node_facts_and_an_unsuitable_node_survive_an_upgrade() {
         .map(|e| e["backend"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(connected, vec!["n0"; 4]);
+}
+
+/// A request a node left unanswered before an upgrade still counts after
+/// it (`stall_rule: request`): the node is `stalled` in the new process,
+/// its silence counted from the request, not from the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_owed_before_an_upgrade_is_still_owed_after_it() {
+    // `a` reads and never answers; `b` echoes.
+    let a = Node::start(|mut s: TcpStream| async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(1..) = s.read(&mut buf).await {}
+    })
+    .await;
+    let b = Node::echo().await;
+    let bin = Bin::new();
+    let yaml = config_with(a.addr, b.addr, "stall_timeout: 3s, stall_rule: request");
+    let proxy = Proxy::start_from(bin.path(), &yaml, &[]).await;
+    // Least used first: the first client is `a`'s, the second `b`'s.
+    let mut on_a = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    proxy
+        .wait_event(|e| e["message"] == "connected" && e["backend"] == "a", T)
+        .await;
+    let mut on_b = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    proxy
+        .wait_event(|e| e["message"] == "connected" && e["backend"] == "b", T)
+        .await;
+    // `b` keeps answering, so `a`'s silence is `a`'s own.
+    tokio::spawn(async move {
+        let mut byte = [0u8; 1];
+        while on_b.write_all(b"?").await.is_ok() && on_b.read_exact(&mut byte).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    on_a.write_all(b"?").await.unwrap();
+
+    upgrade_ok(&proxy).await;
+    assert!(
+        proxy.named("quarantined").is_empty(),
+        "judged before the upgrade: the test proves nothing"
+    );
+    let taken = proxy
+        .wait_event(|e| e["message"] == "quarantined" && e["backend"] == "a", T)
+        .await;
+    assert_eq!(taken["reason"], "stalled", "{taken}");
+    drop(on_a);
 }
