@@ -204,40 +204,9 @@ wait_listen() {
     return 1
 }
 
-pin_config() { # FILE then NAME:LISTEN_PORT:BACKEND_PORT...
-    local file=$1
-    shift
-    {
-        echo "log: { level: warn, format: text }"
-        echo "defaults:"
-        echo "  max_connections: 20000"
-        echo "  health: { probe: connect, interval: 1h }"
-        echo "pools:"
-        for pool in "$@"; do
-            IFS=: read -r name listen backend <<<"$pool"
-            echo "  - name: $name"
-            echo "    listen: 127.0.0.1:$listen"
-            echo "    backends: [ \"127.0.0.1:$backend\" ]"
-        done
-    } >"$file"
-    "$PIN" check -c "$file" >/dev/null
-}
-
-haproxy_config() { # FILE then NAME:LISTEN_PORT:BACKEND_PORT...
-    local file=$1
-    shift
-    {
-        printf 'global\n    nbthread %s\n    maxconn %s\n' "$PROXY_THREADS" "$HA_MAXCONN"
-        printf 'defaults\n    mode tcp\n    maxconn %s\n' "$HA_MAXCONN"
-        printf '    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n'
-        for pool in "$@"; do
-            IFS=: read -r name listen backend <<<"$pool"
-            printf 'frontend %s\n    bind 127.0.0.1:%s\n    default_backend %s\n' "$name" "$listen" "$name"
-            printf 'backend %s\n    balance leastconn\n    server s1 127.0.0.1:%s\n' "$name" "$backend"
-        done
-    } >"$file"
-    haproxy -c -q -f "$file"
-}
+# pin_config and haproxy_config.
+# shellcheck source=bench/configs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/configs.sh"
 
 log "starting backends"
 start iperf3-server "${ON_LOAD[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
@@ -248,12 +217,12 @@ start p2p-server "${ON_LOAD[@]}" "$LG" p2p-server --listen "127.0.0.1:$P_P2P"
 P2P_PID=$LAST_PID
 for p in "$P_IPERF" "$P_ECHO" "$P_CLOSE" "$P_P2P"; do wait_listen "$p"; done
 
-pin_config "$TMP/pin.yaml" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE" \
+pin_config "$TMP/pin.yaml" "$PIN" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE" \
     "p2p:$PIN_P2P:$P_P2P"
-pin_config "$TMP/pin-idle.yaml" "idle:$PIN_IDLE:$P_ECHO"
-haproxy_config "$TMP/haproxy.cfg" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE" \
+pin_config "$TMP/pin-idle.yaml" "$PIN" "idle:$PIN_IDLE:$P_ECHO"
+haproxy_config "$TMP/haproxy.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE" \
     "p2p:$HA_P2P:$P_P2P"
-haproxy_config "$TMP/haproxy-idle.cfg" "idle:$HA_IDLE:$P_ECHO"
+haproxy_config "$TMP/haproxy-idle.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "idle:$HA_IDLE:$P_ECHO"
 cp "$TMP"/pin*.yaml "$TMP"/haproxy*.cfg "$OUT/"
 
 log "starting pin-proxy and HAProxy"

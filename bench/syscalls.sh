@@ -65,38 +65,10 @@ PIDS+=($!)
 wait_listen "$P_ECHO"
 wait_listen "$P_CLOSE"
 
-cat >"$TMP/pin.yaml" <<YAML
-log: { level: warn, format: text }
-defaults:
-  max_connections: 20000
-  health: { probe: connect, interval: 1h }
-pools:
-  - { name: echo, listen: "127.0.0.1:$PIN_ECHO", backends: ["127.0.0.1:$P_ECHO"] }
-  - { name: close, listen: "127.0.0.1:$PIN_CLOSE", backends: ["127.0.0.1:$P_CLOSE"] }
-YAML
-cat >"$TMP/haproxy.cfg" <<CFG
-global
-    nbthread $(nproc)
-    maxconn 4000
-defaults
-    mode tcp
-    maxconn 4000
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-frontend echo
-    bind 127.0.0.1:$HA_ECHO
-    default_backend echo
-backend echo
-    balance leastconn
-    server s1 127.0.0.1:$P_ECHO
-frontend close
-    bind 127.0.0.1:$HA_CLOSE
-    default_backend close
-backend close
-    balance leastconn
-    server s1 127.0.0.1:$P_CLOSE
-CFG
+# shellcheck source=bench/configs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/configs.sh"
+pin_config "$TMP/pin.yaml" "$PIN" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE"
+haproxy_config "$TMP/haproxy.cfg" "$(nproc)" 4000 "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE"
 "$PIN" run -c "$TMP/pin.yaml" >"$TMP/pin.log" 2>&1 &
 PIN_PID=$!
 PIDS+=("$PIN_PID")

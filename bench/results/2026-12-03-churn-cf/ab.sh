@@ -9,7 +9,7 @@ R=${1:-3}; S=${2:-5}; M=${3:-cf}
 for r in $(seq $R); do
   for t in ${TARGETS:-pin pin2 ha}; do
     case $t in pin) p=$PP; a=$PIN_ECHO; c=$PIN_CLOSE;; pin2) p=$PP2; a=$PIN2_ECHO; c=$PIN2_CLOSE;; ha) p=$HP; a=$HA_ECHO; c=$HA_CLOSE;; esac
-    if [ $M = cf ]; then args=(--target 127.0.0.1:$a --client-closes); else args=(--target 127.0.0.1:$c); fi
+    if [ $M = cf ]; then args=(--target "127.0.0.1:$a" --client-closes); else args=(--target "127.0.0.1:$c"); fi
     nice -n -10 $LG churn "${args[@]}" --pid $p --duration $S | python3 -c "import json,sys; d=json.load(sys.stdin); print('$r $t', d['conn_per_s'], d['cpu_us_per_conn'], d['p99_us'])"
   done
 done

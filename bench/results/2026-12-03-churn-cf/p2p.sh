@@ -3,6 +3,8 @@
 # HAProxy in turn, in front of one p2p-server; prints CPU of proxy, client and backend, round trips and
 # TCP segments per message (nstat: needs a machine with no other TCP traffic). Run from the repository root.
 set -u
+# shellcheck source=bench/configs.sh
+. bench/configs.sh
 R=$1 N=$2 S=$3; shift 3
 LG=${LG:-bench/loadgen/target/release/loadgen}
 D=${D:-/tmp/pf}/p2p; mkdir -p $D
@@ -13,10 +15,10 @@ sleep 0.5
 for r in $(seq $R); do for B in "$@" haproxy; do
   read -r PP <<<"$($LG free-ports 1 | tr '\n' ' ')"
   if [ $B = haproxy ]; then
-    printf 'global\n    nbthread 2\n    maxconn 9900\ndefaults\n    mode tcp\n    maxconn 9900\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\nfrontend f\n    bind 127.0.0.1:%s\n    default_backend b\nbackend b\n    balance leastconn\n    server s1 127.0.0.1:%s\n' $PP $PS > $D/ha.cfg
+    haproxy_config "$D/ha.cfg" 2 9900 "p:$PP:$PS"
     haproxy -f $D/ha.cfg -db >/dev/null 2>&1 & P=$!
   else
-    printf 'log: { level: warn, format: text }\ndefaults:\n  max_connections: 20000\n  health: { probe: connect, interval: 1h }\npools:\n  - { name: p, listen: "127.0.0.1:%s", backends: ["127.0.0.1:%s"] }\n' $PP $PS > $D/pin.yaml
+    pin_config "$D/pin.yaml" "$B" "p:$PP:$PS"
     $B run -c $D/pin.yaml >/dev/null 2>&1 & P=$!
   fi
   sleep 0.7

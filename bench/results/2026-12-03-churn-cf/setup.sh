@@ -11,38 +11,10 @@ sleep 0.3
 read -r P_ECHO P_CLOSE PIN_ECHO PIN_CLOSE HA_ECHO HA_CLOSE <<<"$($LG free-ports 6 | tr '\n' ' ')"
 setsid $LG echo-server --listen 127.0.0.1:$P_ECHO >/dev/null 2>&1 < /dev/null &
 setsid $LG echo-server --listen 127.0.0.1:$P_CLOSE --close-first 64 >/dev/null 2>&1 < /dev/null &
-cat >$D/pin.yaml <<YAML
-log: { level: warn, format: text }
-defaults:
-  max_connections: 20000
-  health: { probe: connect, interval: 1h }
-pools:
-  - { name: echo, listen: "127.0.0.1:$PIN_ECHO", backends: ["127.0.0.1:$P_ECHO"] }
-  - { name: close, listen: "127.0.0.1:$PIN_CLOSE", backends: ["127.0.0.1:$P_CLOSE"] }
-YAML
-cat >$D/haproxy.cfg <<CFG
-global
-    nbthread 2
-    maxconn 9000
-defaults
-    mode tcp
-    maxconn 9000
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-frontend echo
-    bind 127.0.0.1:$HA_ECHO
-    default_backend echo
-backend echo
-    balance leastconn
-    server s1 127.0.0.1:$P_ECHO
-frontend close
-    bind 127.0.0.1:$HA_CLOSE
-    default_backend close
-backend close
-    balance leastconn
-    server s1 127.0.0.1:$P_CLOSE
-CFG
+# shellcheck source=bench/configs.sh
+. bench/configs.sh
+pin_config "$D/pin.yaml" "$PIN" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE"
+haproxy_config "$D/haproxy.cfg" 2 9000 "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE"
 setsid $PIN run -c $D/pin.yaml > $D/pin.log 2>&1 < /dev/null &
 setsid haproxy -db -f $D/haproxy.cfg > $D/ha.log 2>&1 < /dev/null &
 sleep 1

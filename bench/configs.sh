@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# The pin-proxy and HAProxy configs the benchmarks run, sourced by
+# bench/run.sh, bench/syscalls.sh and the scripts under bench/results/:
+# one pool (pin-proxy) or frontend and backend (HAProxy) per
+# NAME:LISTEN_PORT:BACKEND_PORT, all on 127.0.0.1. Each file is checked by
+# its own proxy before it is used.
+
+# pin_config FILE PIN_BINARY NAME:LISTEN_PORT:BACKEND_PORT...
+# Probes: one at start-up only (`connect`, every hour); logs at `warn`.
+pin_config() {
+    local file=$1 pin=$2 pool name listen backend
+    shift 2
+    {
+        echo "log: { level: warn, format: text }"
+        echo "defaults:"
+        echo "  max_connections: 20000"
+        echo "  health: { probe: connect, interval: 1h }"
+        echo "pools:"
+        for pool in "$@"; do
+            IFS=: read -r name listen backend <<<"$pool"
+            echo "  - name: $name"
+            echo "    listen: 127.0.0.1:$listen"
+            echo "    backends: [ \"127.0.0.1:$backend\" ]"
+        done
+    } >"$file"
+    "$pin" check -c "$file" >/dev/null
+}
+
+# haproxy_config FILE NBTHREAD MAXCONN NAME:LISTEN_PORT:BACKEND_PORT...
+# `mode tcp`, `balance leastconn`, timeouts of an hour, no health checks.
+haproxy_config() {
+    local file=$1 threads=$2 maxconn=$3 pool name listen backend
+    shift 3
+    {
+        printf 'global\n    nbthread %s\n    maxconn %s\n' "$threads" "$maxconn"
+        printf 'defaults\n    mode tcp\n    maxconn %s\n' "$maxconn"
+        printf '    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n'
+        for pool in "$@"; do
+            IFS=: read -r name listen backend <<<"$pool"
+            printf 'frontend %s\n    bind 127.0.0.1:%s\n    default_backend %s\n' "$name" "$listen" "$name"
+            printf 'backend %s\n    balance leastconn\n    server s1 127.0.0.1:%s\n' "$name" "$backend"
+        done
+    } >"$file"
+    haproxy -c -q -f "$file"
+}
