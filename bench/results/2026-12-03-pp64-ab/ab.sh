@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# 64-conn ping-pong, alternating pin-proxy binaries and HAProxy: pp3.sh ROUNDS BIN...
+# 64-conn ping-pong, alternating pin-proxy binaries and HAProxy: ab.sh ROUNDS BIN... (from the repository root)
 set -eu
+# shellcheck source=bench/configs.sh
+. bench/configs.sh
 R=$1; shift
 LG=${LG:-bench/loadgen/target/release/loadgen}
 read -r PE <<<"$($LG free-ports 1 | tr '\n' ' ')"
@@ -8,32 +10,10 @@ $LG echo-server --listen 127.0.0.1:$PE >/dev/null 2>&1 & E=$!
 for r in $(seq $R); do for B in "$@" haproxy; do
 read -r PP <<<"$($LG free-ports 1 | tr '\n' ' ')"
 if [ $B = haproxy ]; then
-cat > ha.cfg <<Y
-global
-    nbthread 2
-    maxconn 9900
-defaults
-    mode tcp
-    maxconn 9900
-    timeout connect 5s
-    timeout client 1h
-    timeout server 1h
-frontend echo
-    bind 127.0.0.1:$PP
-    default_backend echo
-backend echo
-    server s1 127.0.0.1:$PE
-Y
+haproxy_config ha.cfg 2 9900 "echo:$PP:$PE"
 haproxy -f ha.cfg -db >/dev/null 2>&1 & P=$!
 else
-cat > pp.yaml <<Y
-log: { level: warn, format: text }
-defaults:
-  max_connections: 20000
-  health: { probe: connect, interval: 1h }
-pools:
-  - { name: p, listen: "127.0.0.1:$PP", backends: ["127.0.0.1:$PE"] }
-Y
+pin_config pp.yaml "$B" "p:$PP:$PE"
 $B run -c pp.yaml >/dev/null 2>&1 & P=$!
 fi
 sleep 0.7
