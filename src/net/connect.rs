@@ -11,6 +11,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::net::sockopt;
 use crate::net::source::Origin;
 use crate::pool::own::OwnListeners;
 
@@ -170,9 +171,25 @@ impl ConnectError {
 /// # Errors
 /// A [`ConnectError`] saying which step failed.
 pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, ConnectError> {
-    dial(addr, timeout, None, Origin::Proxy)
+    dial(addr, timeout, None, (Origin::Proxy, HandshakeAck::Now))
         .await
         .map(|c| c.stream)
+}
+
+/// When the last ACK of the handshake leaves for the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeAck {
+    /// At once, as the kernel sends it by default.
+    Now,
+    /// With the first bytes sent to the node (`TCP_QUICKACK` off before
+    /// connecting, as HAProxy's `option tcp-smart-connect`): the node
+    /// gets the client's first bytes in the segment that completes its
+    /// handshake, and one segment less each way. Whoever connects this
+    /// way must send at once, or release the ACK with
+    /// [`sockopt::ack_now`](crate::net::sockopt::ack_now): held, the
+    /// kernel sends it only after 200 ms, and a node that speaks first
+    /// would wait that long to see the connection.
+    WithFirstBytes,
 }
 
 /// A backend connection made for a client.
@@ -195,16 +212,16 @@ pub async fn connect_from(
     addr: &str,
     timeout: Duration,
     own: &OwnListeners,
-    origin: Origin,
+    (origin, ack): (Origin, HandshakeAck),
 ) -> Result<Connected, ConnectError> {
-    dial(addr, timeout, Some(own), origin).await
+    dial(addr, timeout, Some(own), (origin, ack)).await
 }
 
 async fn dial(
     addr: &str,
     timeout: Duration,
     own: Option<&OwnListeners>,
-    origin: Origin,
+    (origin, ack): (Origin, HandshakeAck),
 ) -> Result<Connected, ConnectError> {
     let deadline = Instant::now() + timeout;
     let timed_out = |client| ConnectError::Timeout {
@@ -229,7 +246,7 @@ async fn dial(
             continue;
         }
         client = origin.transparent_for(sa);
-        match connect_addr(sa, deadline, origin).await {
+        match connect_addr(sa, deadline, (origin, ack)).await {
             Ok(connected) => return Ok(connected),
             Err(AddrFailure::Source(source)) => {
                 return Err(ConnectError::Source {
@@ -284,7 +301,7 @@ impl From<io::Error> for AddrFailure {
 async fn connect_addr(
     sa: SocketAddr,
     deadline: Instant,
-    origin: Origin,
+    (origin, ack): (Origin, HandshakeAck),
 ) -> Result<Connected, AddrFailure> {
     let socket = Socket::new(
         Domain::for_address(sa),
@@ -292,6 +309,10 @@ async fn connect_addr(
         Some(Protocol::TCP),
     )?;
     let fell_back = !origin.prepare(&socket, sa).map_err(AddrFailure::Source)?;
+    if ack == HandshakeAck::WithFirstBytes {
+        // Best effort: where it fails the ACK simply leaves at once.
+        let _ = sockopt::hold_handshake_ack(&socket);
+    }
     match socket.connect(&sa.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(Errno::INPROGRESS.raw_os_error()) => {}
@@ -342,5 +363,30 @@ mod tests {
             .await
             .unwrap();
         assert!(stream.peer_addr().unwrap().ip().is_loopback());
+    }
+
+    /// Held for the first bytes, the handshake is not complete at the
+    /// node (nothing to accept) until they are sent, and then they arrive
+    /// with it.
+    #[tokio::test]
+    async fn a_held_ack_leaves_with_the_first_bytes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let own = OwnListeners::default();
+        let held = (Origin::Proxy, HandshakeAck::WithFirstBytes);
+        let c = connect_from(&addr, Duration::from_secs(5), &own, held)
+            .await
+            .unwrap();
+        // Still SYN_RECV at the node: the kernel's own timer would send
+        // the ACK only after 200 ms.
+        let err = listener.accept().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        c.stream.try_write(b"first").unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        accepted.readable().await.unwrap();
+        let mut got = [0u8; 8];
+        assert_eq!(accepted.try_read(&mut got).unwrap(), 5);
     }
 }

@@ -16,6 +16,7 @@ pub mod own;
 pub mod pipe;
 pub mod proxy_header;
 pub mod proxy_in;
+pub mod ready;
 pub mod reject_fold;
 pub mod session;
 pub mod sockopt;

@@ -52,6 +52,7 @@ pub fn serve(
         // frame across the splice.
         let (lease, target, backend, idle_timeout, keepalive) = match Box::pin(open(
             &pool,
+            &client,
             conn,
             (peer, via.as_deref().copied()),
             &closer,

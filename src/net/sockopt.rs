@@ -31,6 +31,22 @@ pub fn nodelay(socket: &impl AsFd) -> io::Result<()> {
     SockRef::from(socket).set_tcp_nodelay(true)
 }
 
+/// `TCP_QUICKACK` off on a socket about to connect: the kernel holds the
+/// handshake's last ACK so that it leaves with the first bytes written
+/// (Linux keeps it at most 200 ms). One segment less to the node, and
+/// it answers the first bytes with its reply instead of an ACK of its own.
+pub fn hold_handshake_ack(socket: &impl AsFd) -> io::Result<()> {
+    SockRef::from(socket).set_tcp_quickack(false)
+}
+
+/// `TCP_QUICKACK` on: an ACK the kernel holds leaves now. What a backend
+/// leg connected with [`hold_handshake_ack`] gets when its client has
+/// sent nothing yet, so a node that speaks first sees the connection at
+/// once.
+pub fn ack_now(socket: &impl AsFd) -> io::Result<()> {
+    SockRef::from(socket).set_tcp_quickack(true)
+}
+
 /// SO_KEEPALIVE with the configured timers, and TCP_USER_TIMEOUT.
 ///
 /// Set late, they still count from the connection's last activity: the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use crate::net::connect;
+use crate::net::connect::{self, HandshakeAck};
 use crate::net::source::Origin;
 use crate::pool::registry::Pool;
 
@@ -37,7 +37,14 @@ pub async fn tick(pool: &Pool) {
     };
     let timeout = pool.config().connect_timeout;
     // From the proxy's own address, as a probe: it is no client's.
-    match connect::connect_from(&m.to_addr, timeout, pool.own(), Origin::Proxy).await {
+    match connect::connect_from(
+        &m.to_addr,
+        timeout,
+        pool.own(),
+        (Origin::Proxy, HandshakeAck::Now),
+    )
+    .await
+    {
         // The test connection only proves the node answers; it carries nothing.
         Ok(connected) => drop(connected),
         Err(err) => {

@@ -249,3 +249,36 @@ async fn idle_timeout_closes_a_silent_splice_but_not_a_busy_one() {
     assert_eq!(&b, b"y");
     assert_eq!(proxy.named("closed").len(), 1, "only the quiet one closed");
 }
+
+/// The proxy holds the handshake's last ACK for the client's first bytes
+/// (one segment less to the node), but never makes a node that speaks
+/// first wait for a client that says nothing: the kernel's own timer would
+/// let that node see the connection only after 200 ms. The fastest of
+/// three greetings is timed, so one slow scheduling turn cannot fail it,
+/// while a held ACK would delay all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_speaks_first_greets_a_silent_client_at_once() {
+    const DELAYED_ACK_TIMER: Duration = Duration::from_millis(200);
+    let node = Node::start(|mut s: TcpStream| async move {
+        let _ = s.write_all(b"hello").await;
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest).await;
+    })
+    .await;
+    let proxy = Proxy::start(&one_backend(node.addr, "")).await;
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
+        let mut greeting = [0u8; 5];
+        within("greeting", T, c.read_exact(&mut greeting))
+            .await
+            .unwrap();
+        assert_eq!(&greeting, b"hello");
+        fastest = fastest.min(started.elapsed());
+    }
+    assert!(
+        fastest < DELAYED_ACK_TIMER,
+        "the node greeted a silent client only after {fastest:?}"
+    );
+}

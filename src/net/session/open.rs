@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -16,7 +17,8 @@ use tracing::{debug, info, warn};
 use super::leg_source;
 use crate::config::KeepaliveConfig;
 use crate::net::closed_log::{self, Closed};
-use crate::net::connect::{self, ConnectError, Connected};
+use crate::net::connect::{self, ConnectError, Connected, HandshakeAck};
+use crate::net::ready;
 use crate::net::sockopt;
 use crate::net::source::Origin;
 use crate::pool::close::{CloseReason, Closer};
@@ -36,6 +38,7 @@ pub(super) struct Leg {
 /// Connect the backend leg, or log the client's `closed` event and give up.
 pub(super) async fn open(
     pool: &Arc<Pool>,
+    client: &TcpStream,
     conn: ConnId,
     (peer, via): (SocketAddr, Option<SocketAddr>),
     closer: &Arc<Closer>,
@@ -43,26 +46,34 @@ pub(super) async fn open(
 ) -> Option<Leg> {
     let config = pool.config();
     let entry = ConnEntry::new(peer, closer.clone()).via(via);
-    let (lease, target, backend) =
-        match connect_some(pool, conn, (peer, via), &entry, config.connect_timeout).await {
-            Ok(leg) => leg,
-            Err(reason) => {
-                pool.legs().count_closed(None, reason);
-                let closed = Closed {
-                    backend: None,
-                    conn,
-                    client: peer,
-                    via,
-                    bytes_up: 0,
-                    bytes_down: 0,
-                    duration: started.elapsed(),
-                    reason,
-                    err: None,
-                };
-                closed_log::closed(pool, closed);
-                return None;
-            }
-        };
+    let (lease, target, backend) = match connect_some(
+        pool,
+        client,
+        conn,
+        (peer, via),
+        &entry,
+        config.connect_timeout,
+    )
+    .await
+    {
+        Ok(leg) => leg,
+        Err(reason) => {
+            pool.legs().count_closed(None, reason);
+            let closed = Closed {
+                backend: None,
+                conn,
+                client: peer,
+                via,
+                bytes_up: 0,
+                bytes_down: 0,
+                duration: started.elapsed(),
+                reason,
+                err: None,
+            };
+            closed_log::closed(pool, closed);
+            return None;
+        }
+    };
     if let Err(err) = sockopt::nodelay(&backend) {
         debug!(pool = %pool.name, conn, backend = %target.config.name, leg = "backend", %err, "sockopt_failed");
     }
@@ -82,6 +93,7 @@ pub(super) async fn open(
 /// counted against it), or when the connection was closed meanwhile.
 async fn connect_some(
     pool: &Arc<Pool>,
+    client: &TcpStream,
     conn: ConnId,
     (peer, via): (SocketAddr, Option<SocketAddr>),
     entry: &ConnEntry,
@@ -89,6 +101,12 @@ async fn connect_some(
 ) -> Result<(Lease, Target, Arc<TcpStream>), CloseReason> {
     let mut tried: Vec<BackendId> = Vec::new();
     let origin = Origin::of(pool.config().source, peer.ip());
+    // A client behind a PROXY header was read from before: what the loop
+    // holds for it says nothing of bytes after the header.
+    let ack = match via {
+        None => HandshakeAck::WithFirstBytes,
+        Some(_) => HandshakeAck::Now,
+    };
     loop {
         let (lease, target) = pool
             .legs()
@@ -97,11 +115,16 @@ async fn connect_some(
         tried.push(target.id);
         let attempt = Instant::now();
         let result = tokio::select! {
-            r = connect::connect_from(&target.config.addr, timeout, pool.own(), origin) => r,
+            r = connect::connect_from(
+                &target.config.addr, timeout, pool.own(), (origin, ack),
+            ) => r,
             () = entry.closer.closed() => return Err(entry.closer.reason()),
         };
         match result {
             Ok(Connected { stream, fell_back }) => {
+                if ack == HandshakeAck::WithFirstBytes {
+                    release_ack_unless_spoken(pool, client, &stream, conn);
+                }
                 if fell_back {
                     source_fallback(pool, &target, conn, peer);
                 }
@@ -145,6 +168,20 @@ async fn connect_some(
                 log_failure(pool, &target, conn, (peer, via), &err);
             }
         }
+    }
+}
+
+/// The handshake's last ACK was held for the client's first bytes. A
+/// client whose bytes (or FIN) the loop has already seen has them
+/// forwarded at once, and they carry it; for any other the ACK leaves
+/// now, so a node that speaks first is not kept waiting for the kernel's
+/// 200 ms. (The loop has polled since the client was registered: the
+/// connect waited for its event.)
+fn release_ack_unless_spoken(pool: &Pool, client: &TcpStream, backend: &TcpStream, conn: ConnId) {
+    let spoken = ready::seen(client, Interest::READABLE)
+        .is_some_and(|r| r.is_readable() || r.is_read_closed());
+    if !spoken && let Err(err) = sockopt::ack_now(backend) {
+        debug!(pool = %pool.name, conn, leg = "backend", %err, "sockopt_failed");
     }
 }
 

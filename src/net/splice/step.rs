@@ -5,7 +5,6 @@
 
 use std::cell::RefCell;
 use std::io::{self, Read};
-use std::task::{Context, Poll};
 
 use rustix::net::SendFlags;
 use socket2::SockRef;
@@ -13,6 +12,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::{CHUNK, Fault};
+use crate::net::ready;
 
 /// One non-blocking read-and-forward step.
 pub(super) enum Forwarded {
@@ -55,15 +55,11 @@ pub(super) enum Then {
 /// Whether `from`'s peer has already closed its side (a FIN or a reset
 /// seen by the event loop), read from the readiness the loop holds: no
 /// syscall. Called only while `from` is readable (its readiness not yet
-/// cleared), so the readiness future is ready at once and never waits;
-/// dropping it takes the registration's waiter lock once, uncontended,
-/// which is why a step asks only after a short read.
+/// cleared), so the answer is there at once; asking costs the
+/// registration's waiter lock, which is why a step asks only after a
+/// short read.
 fn read_closed(from: &TcpStream) -> bool {
-    let ready = std::pin::pin!(from.ready(Interest::READABLE));
-    match ready.poll(&mut Context::from_waker(std::task::Waker::noop())) {
-        Poll::Ready(Ok(ready)) => ready.is_read_closed(),
-        _ => false,
-    }
+    ready::seen(from, Interest::READABLE).is_some_and(|r| r.is_read_closed())
 }
 
 /// Read once from `from` and write what came straight to `to`.
