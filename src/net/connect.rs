@@ -184,7 +184,9 @@ pub enum HandshakeAck {
     /// With the first bytes sent to the node (`TCP_QUICKACK` off before
     /// connecting, as HAProxy's `option tcp-smart-connect`): the node
     /// gets the client's first bytes in the segment that completes its
-    /// handshake, and one segment less each way. Whoever connects this
+    /// handshake, and a short exchange takes two segments fewer (the
+    /// handshake's ACK, and the ACK of the node's answer, which then rides
+    /// with what follows). Whoever connects this
     /// way must send at once, or release the ACK with
     /// [`sockopt::ack_now`](crate::net::sockopt::ack_now): held, the
     /// kernel sends it only after 200 ms, and a node that speaks first

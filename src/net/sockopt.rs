@@ -33,8 +33,7 @@ pub fn nodelay(socket: &impl AsFd) -> io::Result<()> {
 
 /// `TCP_QUICKACK` off on a socket about to connect: the kernel holds the
 /// handshake's last ACK so that it leaves with the first bytes written
-/// (Linux keeps it at most 200 ms). One segment less to the node, and
-/// it answers the first bytes with its reply instead of an ACK of its own.
+/// (Linux keeps it at most 200 ms): one segment less to the node.
 pub fn hold_handshake_ack(socket: &impl AsFd) -> io::Result<()> {
     SockRef::from(socket).set_tcp_quickack(false)
 }
