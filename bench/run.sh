@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pin-proxy vs HAProxy vs no proxy, side by side on loopback (issue 5).
-# Usage: bench/run.sh [--quick] [--rounds N] [--nice N] [--no-micro] [--scale] [--threads N]
+# Usage: bench/run.sh [--quick] [--rounds N] [--nice N] [--no-micro] [--scale] [--threads N] [--cases LIST]
 # Prints one Markdown table of medians across rounds with pin-proxy/HAProxy
 # ratios, the idle scaling rows and the registry micro-benchmark; keeps raw
 # outputs in bench/results/DATE/. See bench/README.md for what each figure means.
@@ -10,13 +10,16 @@
 #                DRAIN_PINGERS DRAIN_SPREAD UPGRADE_CONNS UPGRADE_PINGERS)
 #   --threads N  every proxy on CPUs 0..N-1 only (pin-proxy then runs N
 #                loops, HAProxy nbthread N), backends and clients on the rest
+#   --cases LIST only these loads, comma-separated, from iperf1 iperf8 pp1
+#                pp64 churn churn_cf idle (default all); the rest of the
+#                table is then empty
 set -euo pipefail
 
 usage() {
-    sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
-ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 SCALE=0 NICE='' THREADS=''
+ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 SCALE=0 NICE='' THREADS='' CASES=iperf1,iperf8,pp1,pp64,churn,churn_cf,idle
 CMDLINE="bench/run.sh $*"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -26,6 +29,7 @@ while [ $# -gt 0 ]; do
         --no-micro) MICRO=0 ;;
         --scale) SCALE=1 ;;
         --threads) THREADS="${2:?--threads needs a number of CPUs}"; shift ;;
+        --cases) CASES="${2:?--cases needs a list}"; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -337,17 +341,21 @@ run_own() {
 }
 
 # ---- rounds -----------------------------------------------------------------
+# wanted CASE: whether --cases lists CASE.
+wanted() { [[ ",$CASES," == *",$1,"* ]]; }
 T_MEASURE=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
     # Interleaved, and the proxies' order alternates from round to round.
     if [ $((r % 2)) = 1 ]; then order=(direct pin-proxy haproxy); else order=(direct haproxy pin-proxy); fi
     for c in iperf1 iperf8 pp1 pp64 churn churn_cf; do
+        wanted "$c" || continue
         for t in "${order[@]}"; do
             run_case "$r" "$t" "$c" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
                 log "FAILED: round $r $c via $t (see $OUT/loadgen.log)"
         done
     done
     for t in "${order[@]:1}"; do
+        wanted idle || break
         run_idle "$r" "$t" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||
             log "FAILED: round $r idle via $t (see $OUT/loadgen.log)"
     done

@@ -63,6 +63,8 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     let mut results = Vec::with_capacity(p.concurrency);
     // With `max_conns`, every loop may be done before the window ends:
     // then the run ends too (no CPU figure: the meter's window was cut).
+    // Loops that stopped at the window's end may also finish a moment before
+    // the meter's timer fires: the meter is then still read.
     let meter = win.meter(p.pid);
     tokio::pin!(meter);
     let (cpu, secs) = loop {
@@ -70,6 +72,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
             cpu = &mut meter => break (cpu?, win.secs()),
             r = set.join_next() => match r {
                 Some(r) => results.push(r.context("churn task")?),
+                None if Instant::now() >= win.end => break ((&mut meter).await?, win.secs()),
                 None => break (None, Instant::now().saturating_duration_since(win.start).as_secs_f64()),
             },
         }

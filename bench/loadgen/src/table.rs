@@ -1,10 +1,12 @@
 //! The summary run.sh prints: one Markdown table of medians across rounds
-//! with pin-proxy / HAProxy ratios and a verdict per target, then the idle
+//! with pin-proxy / HAProxy ratios and a verdict per target, then the
+//! targets on churn and the latency tails ([`targets`]), then the idle
 //! scaling rows, then the `--scale` runs ([`scale`]) where there are any.
 //! Input: the JSON lines of one run, each tagged with `round`, `target`
 //! (`direct`, `pin-proxy`, `haproxy`) and `case`.
 
 mod scale;
+mod targets;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -169,10 +171,7 @@ pub fn render(results: &Path, haproxy_label: &str) -> anyhow::Result<String> {
         };
         let (mut ratios, mut rounds, mut targets, mut verdicts) = (vec![], vec![], vec![], vec![]);
         for mt in metrics.iter() {
-            let ratio = div(
-                median(&values(&recs, PIN, mt.case, mt.field)),
-                median(&values(&recs, HA, mt.case, mt.field)),
-            );
+            let ratio = ratio_of_medians(&recs, mt);
             ratios.push(ratio.map_or("–".into(), |r| format!("{r:.2}")));
             rounds.push(per_round(&recs, mt).join(" "));
             let sign = if mt.better == Higher { "≥" } else { "≤" };
@@ -195,6 +194,7 @@ pub fn render(results: &Path, haproxy_label: &str) -> anyhow::Result<String> {
         )?;
     }
     out.push('\n');
+    out.push_str(&targets::render(&recs)?);
     out.push_str(&loop_spread(&recs)?);
     out.push_str(&scaling(&recs)?);
     out.push_str(&scale::render(&recs)?);
@@ -212,8 +212,24 @@ fn values(recs: &[Value], target: &str, case: &str, field: &str) -> Vec<f64> {
         .collect()
 }
 
+/// pin-proxy's median across rounds over HAProxy's.
+fn ratio_of_medians(recs: &[Value], mt: &Metric) -> Option<f64> {
+    div(
+        median(&values(recs, PIN, mt.case, mt.field)),
+        median(&values(recs, HA, mt.case, mt.field)),
+    )
+}
+
 /// pin-proxy / HAProxy in each round where both have the figure.
 fn per_round(recs: &[Value], mt: &Metric) -> Vec<String> {
+    round_ratios(recs, mt)
+        .into_iter()
+        .map(|r| format!("{r:.2}"))
+        .collect()
+}
+
+/// [`per_round`]'s ratios as numbers, in round order.
+fn round_ratios(recs: &[Value], mt: &Metric) -> Vec<f64> {
     let mut rounds: Vec<i64> = recs.iter().filter_map(|r| r["round"].as_i64()).collect();
     rounds.sort_unstable();
     rounds.dedup();
@@ -225,7 +241,6 @@ fn per_round(recs: &[Value], mt: &Metric) -> Vec<String> {
     rounds
         .into_iter()
         .filter_map(|n| div(get(n, PIN), get(n, HA)))
-        .map(|r| format!("{r:.2}"))
         .collect()
 }
 
