@@ -38,6 +38,17 @@ pub fn hold_handshake_ack(socket: &impl AsFd) -> io::Result<()> {
     SockRef::from(socket).set_tcp_quickack(false)
 }
 
+/// `TCP_QUICKACK` off on a pool listener: every client it accepts starts
+/// with its ACKs delayed (Linux copies the listener's delayed-ACK mode at
+/// accept), so the ACK of a client's first bytes leaves with the node's
+/// answer instead of on its own: one segment less to the client. The
+/// kernel would delay ACKs anyway once the connection has answered once;
+/// this starts there. An answer that takes longer than the delayed-ACK
+/// timer (40 ms) finds the ACK sent already, as without it.
+pub fn hold_request_ack(listener: &impl AsFd) -> io::Result<()> {
+    SockRef::from(listener).set_tcp_quickack(false)
+}
+
 /// `TCP_QUICKACK` on: an ACK the kernel holds leaves now. What a backend
 /// leg connected with [`hold_handshake_ack`] gets when its client has
 /// sent nothing yet, so a node that speaks first sees the connection at
@@ -110,8 +121,9 @@ pub fn check_free(addr: SocketAddr) -> io::Result<()> {
 
 /// Bind a listener, not yet registered with any runtime: SO_REUSEADDR,
 /// IPV6_V6ONLY on IPv6 so `[::]` and `0.0.0.0` can be bound side by side,
-/// non-blocking. With `keepalive`, [`tune`]d before it listens, so every
-/// client it accepts starts tuned. With `reuse_port`, one of a group of
+/// non-blocking. With `keepalive` (a pool's listener), [`tune`]d before
+/// it listens and set to [`hold_request_ack`] once it does, so every
+/// client it accepts starts so. With `reuse_port`, one of a group of
 /// sockets on the same address (`SO_REUSEPORT`: the kernel spreads clients
 /// across them).
 pub fn bind_std(
@@ -133,6 +145,10 @@ pub fn bind_std(
         tune(&sock, keepalive)?;
     }
     sock.listen(BACKLOG)?;
+    if keepalive.is_some() {
+        // After `listen`, which resets the delayed-ACK state.
+        hold_request_ack(&sock)?;
+    }
     Ok(sock.into())
 }
 
@@ -179,6 +195,39 @@ mod tests {
         let sock = SockRef::from(&accepted);
         assert!(!sock.tcp_nodelay().unwrap());
         assert!(!sock.keepalive().unwrap());
+    }
+
+    /// A pool listener's clients start with their ACKs delayed, so the
+    /// ACK of a client's first bytes can leave with the answer; the kernel
+    /// reports that mode as `TCP_QUICKACK` off. Other listeners (the admin
+    /// endpoint's) keep the kernel's default.
+    #[tokio::test]
+    async fn pool_listeners_pass_delayed_acks_on_to_their_clients() {
+        let keepalive = KeepaliveConfig {
+            idle: Duration::from_secs(30),
+            interval: Duration::from_secs(10),
+            count: 3,
+        };
+        for (settings, delayed) in [(Some(&keepalive), true), (None, false)] {
+            let listener = bind("127.0.0.1:0".parse().unwrap(), settings).unwrap();
+            let mut client = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (accepted, _) = listener.accept().await.unwrap();
+            assert_eq!(
+                SockRef::from(&accepted).tcp_quickack().unwrap(),
+                !delayed,
+                "pool listener: {}",
+                settings.is_some()
+            );
+            // And the bytes still flow both ways.
+            tokio::io::AsyncWriteExt::write_all(&mut client, b"ask")
+                .await
+                .unwrap();
+            accepted.readable().await.unwrap();
+            let mut got = [0u8; 8];
+            assert_eq!(accepted.try_read(&mut got).unwrap(), 3);
+        }
     }
 
     /// A second instance must not join the first one's `SO_REUSEPORT`

@@ -2,7 +2,8 @@
 //! bytes held for a slow receiver (or in its pipe) resumes exactly, the
 //! held bytes first, the counts carried, nothing lost or repeated; a quiet
 //! direction gives its pipe back; the last bytes leave with the FIN; bytes
-//! before a reset are forwarded; the backend leg's keepalive is set once it
+//! before a reset are forwarded; a request's ACK leaves with the answer;
+//! the backend leg's keepalive is set once it
 //! has lived, and before a young leg is handed over. Over 500 lines: the
 //! sockets each case sets up to a byte-exact state.
 
@@ -348,6 +349,51 @@ async fn the_last_bytes_before_a_close_leave_with_the_fin() {
     let out = spliced.await;
     assert_eq!(out.reason, CloseReason::BackendClosed);
     assert_eq!(out.bytes_down, 10);
+}
+
+/// A client accepted on a pool listener asks, the node answers: the ACK
+/// of the request leaves with the answer: the client's socket sends one
+/// segment, not two (the handshake's SYN-ACK is counted on the listener's
+/// side, not the accepted socket's). The kernel's
+/// delayed-ACK timer (40 ms) would send it alone on a slow turn, so the
+/// best of three exchanges counts.
+#[tokio::test]
+async fn the_ack_of_a_request_leaves_with_the_answer() {
+    let keepalive = KeepaliveConfig {
+        idle: Duration::from_secs(30),
+        interval: Duration::from_secs(10),
+        count: 3,
+    };
+    let bound = sockopt::bind_std("127.0.0.1:0".parse().unwrap(), Some(&keepalive), false);
+    let listener = TcpListener::from_std(bound.unwrap()).unwrap();
+    let mut fewest = None;
+    for _ in 0..3 {
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (proxy_client, _) = listener.accept().await.unwrap();
+        let (proxy_backend, mut node) = pair(false).await;
+        let (stats, closer) = (BackendStats::default(), Closer::new());
+        let spliced = splice(&proxy_client, &proxy_backend, &stats, None, &closer);
+        let exchange = async {
+            client.write_all(b"ask").await.unwrap();
+            let mut asked = [0u8; 3];
+            node.read_exact(&mut asked).await.unwrap();
+            node.write_all(b"answer").await.unwrap();
+            let mut answer = [0u8; 6];
+            client.read_exact(&mut answer).await.unwrap();
+            assert_eq!(&answer, b"answer");
+        };
+        tokio::select! {
+            _ = spliced => panic!("the splice ended"),
+            () = exchange => {}
+        }
+        let Some(sent) = segs_out(&proxy_client) else {
+            return;
+        };
+        fewest = Some(fewest.map_or(sent, |f: u32| f.min(sent)));
+    }
+    assert_eq!(fewest, Some(1), "the answer, with the request's ACK");
 }
 
 /// A backend that writes and then resets: the bytes still reach the
