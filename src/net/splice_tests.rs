@@ -3,9 +3,9 @@
 //! held bytes first, the counts carried, nothing lost or repeated; a quiet
 //! direction gives its pipe back; the last bytes leave with the FIN; bytes
 //! before a reset are forwarded; a request's ACK leaves with the answer;
-//! the backend leg's keepalive is set once it
-//! has lived, and before a young leg is handed over. Over 500 lines: the
-//! sockets each case sets up to a byte-exact state.
+//! the backend leg's keepalive is set once it has lived, and before a
+//! young leg is handed over. Over 500 lines: the sockets each case sets up
+//! to a byte-exact state.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -351,12 +351,12 @@ async fn the_last_bytes_before_a_close_leave_with_the_fin() {
     assert_eq!(out.bytes_down, 10);
 }
 
-/// A client accepted on a pool listener asks, the node answers: the ACK
-/// of the request leaves with the answer: the client's socket sends one
-/// segment, not two (the handshake's SYN-ACK is counted on the listener's
-/// side, not the accepted socket's). The kernel's
-/// delayed-ACK timer (40 ms) would send it alone on a slow turn, so the
-/// best of three exchanges counts.
+/// A client accepted on a pool listener asks and the node answers; the
+/// ACK of the request leaves with the answer, so the proxy's socket on
+/// the client's side sends one segment, not two (the SYN-ACK is counted
+/// on the listener's side, not the accepted socket's). The kernel's
+/// delayed-ACK timer (40 ms) would send the ACK alone on a slow turn, so
+/// the best of three exchanges counts.
 #[tokio::test]
 async fn the_ack_of_a_request_leaves_with_the_answer() {
     let keepalive = KeepaliveConfig {
