@@ -14,6 +14,7 @@ mod idle;
 mod iperf;
 mod p2p;
 mod pingpong;
+mod ports;
 mod procfs;
 mod proxy;
 mod soak;
@@ -22,7 +23,7 @@ mod upgrade;
 mod window;
 
 use std::future::Future;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -138,7 +139,8 @@ enum Command {
         #[arg(long)]
         pid: u32,
     },
-    /// Print N currently free loopback TCP ports, one per line.
+    /// Print N loopback TCP ports free now, below the kernel's range for
+    /// outgoing connections (which the churn loads reuse), one per line.
     FreePorts { n: usize },
     /// Live upgrades of PROXY (a pin-proxy binary) under CONNS connections
     /// (PINGERS doing ping-pong): handover time, longest stall, RSS.
@@ -417,14 +419,10 @@ fn report(mut v: Value, tags: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bind them all at once so the ports differ, then let them go.
+/// Print them, one per line ([`ports::free`]).
 fn free_ports(n: usize) -> anyhow::Result<()> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .context("bind 127.0.0.1:0")?;
-    for l in &listeners {
-        println!("{}", l.local_addr()?.port());
+    for port in ports::free(n)? {
+        println!("{port}");
     }
     Ok(())
 }
