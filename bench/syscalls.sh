@@ -7,7 +7,7 @@
 # counts, not the rates), except the wake-ups (`epoll_wait`, `write` to
 # wake another loop), which follow the timing by a few tenths of a call:
 # so each count is taken REPEAT times (SYSCALLS_REPEAT, default 3) and the
-# verdict is on the medians.
+# verdict is on the median run.
 # Usage: bench/syscalls.sh PIN_PROXY LOADGEN [CONNS]   (needs strace, haproxy)
 # Prints a Markdown table; with SYSCALLS_RAW=DIR keeps each strace summary.
 set -euo pipefail
@@ -136,9 +136,13 @@ def median_run(target, order):
     middle = sorted(range(repeat), key=lambda i: totals[i])[(repeat - 1) // 2]
     return runs[middle], totals
 
+def listed(totals):
+    return " ".join(f"{t:.2f}" for t in totals)
+
 print(f"Syscalls per churned connection (`strace -c -f` on the proxy over exactly "
-      f"{conns:,} connections, 32 at a time, 64 B echoed, {repeat} times each; "
-      f"the median run; `bench/syscalls.sh`):")
+      f"{conns:,} connections, 32 at a time, 64 B echoed, "
+      + ("once; " if repeat == 1 else f"{repeat} times each; the median run; ")
+      + "`bench/syscalls.sh`):")
 print()
 print(f"| syscalls per connection | pin-proxy | {ha} | ratio | target |")
 print("|---|---:|---:|---:|---|")
@@ -149,8 +153,7 @@ for order, label in (("backend", "backend closes first"), ("client", "client clo
     verdict = "met" if tp <= th else "missed"
     print(f"| {label}: all | {tp:.2f} | {th:.2f} | {tp / th:.2f} | ≤ 1.0× {verdict} |")
     if repeat > 1:
-        runs = lambda totals: " ".join(f"{t:.2f}" for t in totals)
-        print(f"| ↳ each run | {runs(pin_runs)} | {runs(hap_runs)} | | |")
+        print(f"| ↳ each run | {listed(pin_runs)} | {listed(hap_runs)} | | |")
     names = sorted(set(pin) | set(hap), key=lambda n: -(pin.get(n, 0) + hap.get(n, 0)))
     for n in names:
         a, b = pin.get(n, 0) / conns, hap.get(n, 0) / conns
