@@ -48,9 +48,11 @@ impl Legs<'_> {
     ) -> Option<(Lease, Target)> {
         let strict = node::strict(&self.pool.config().health);
         let mut backends = self.pool.backends();
-        let refused = backends
-            .refused
-            .of(source_of(entry.client.ip()), Instant::now());
+        let now = Instant::now();
+        if !backends.refused.is_empty() {
+            backends.refused.forget_expired(now);
+        }
+        let refused = backends.refused.of(source_of(entry.client.ip()), now);
         let cands: Vec<Candidate> = backends
             .active
             .iter()

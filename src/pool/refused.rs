@@ -5,7 +5,9 @@
 //! as they come from at least 2 client addresses ([`ClosedFrom`]). The
 //! address a backend refused is steered to the pool's other backends for
 //! `quarantine.base`: [`Refusals`] remembers it, in a bounded memory
-//! (`quarantine.refused_clients` entries; the oldest go first).
+//! (`quarantine.refused_clients` entries; the oldest go first, and an
+//! entry whose window is over is forgotten at the next record or
+//! selection).
 //!
 //! Addresses are keyed as the per-source limit keys them
 //! ([`source_of`](crate::pool::admission::source_of): IPv4 /32, IPv6 /64).
@@ -76,6 +78,7 @@ impl Refusals {
         window: Duration,
         cap: usize,
     ) -> u32 {
+        self.forget_expired(now);
         let key = (client, backend);
         let seq = self.next;
         self.next += 1;
@@ -106,6 +109,24 @@ impl Refusals {
             self.entries.remove(&oldest);
         }
         count
+    }
+
+    /// Forget the entries whose window is over at `now`, oldest refusal
+    /// first, up to the first one still running: selection then skips its
+    /// lookups once every window is over. (A reload that shortened the
+    /// window can leave an older entry's longer one in front; the entries
+    /// behind it wait for it, or for the cap.)
+    pub(in crate::pool) fn forget_expired(&mut self, now: Instant) {
+        while let Some((&seq, key)) = self.order.first_key_value() {
+            match self.entries.get(key) {
+                Some(r) if now < r.until => break,
+                Some(_) => {
+                    self.entries.remove(key);
+                }
+                None => {}
+            }
+            self.order.remove(&seq);
+        }
     }
 
     /// True while `backend` refused `client` within its window.
@@ -189,6 +210,23 @@ mod tests {
             "lapsed: a new row"
         );
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn entries_whose_window_is_over_are_forgotten() {
+        let t = Instant::now();
+        let mut r = Refusals::default();
+        let (a, b, c) = (ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"));
+        r.record(a, 1, t, 10 * S, 8);
+        r.record(b, 2, t + S, 10 * S, 8);
+        r.forget_expired(t + 10 * S);
+        assert_eq!(r.len(), 1, "A's window is over, B's is not");
+        assert!(r.refuses(b, 2, t + 10 * S));
+        r.record(c, 1, t + 30 * S, 10 * S, 8);
+        assert_eq!(r.len(), 1, "B's window lapsed before C was recorded");
+        assert!(r.refuses(c, 1, t + 30 * S));
+        r.forget_expired(t + 40 * S);
+        assert!(r.is_empty(), "nothing left: selection looks nothing up");
     }
 
     #[test]
