@@ -131,13 +131,14 @@ impl Probing<'_> {
         Pool::find(&mut backends.active, backend).map(|b| b.health().epoch())
     }
 
-    /// True when `backend`'s quarantine window ended (or was released) after
-    /// `since` and is over at `now`: the probes that bring it back are due.
-    pub fn window_ended_since(&self, backend: BackendId, since: Instant, now: Instant) -> bool {
+    /// When `backend`'s quarantine window ends (or ended, or was released:
+    /// the probes that bring it back are due from then); `None` while it
+    /// has none.
+    pub fn window_end(&self, backend: BackendId) -> Option<Instant> {
         let mut backends = self.pool.backends();
         Pool::find(&mut backends.active, backend)
             .and_then(|b| b.health().quarantine())
-            .is_some_and(|q| since < q.until && q.until <= now)
+            .map(|q| q.until)
     }
 
     /// True when `backend`'s claim of `height` must be proven (see

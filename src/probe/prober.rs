@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -53,21 +53,76 @@ struct ProbeKey {
 struct Subs {
     list: Mutex<Vec<(Weak<Pool>, BackendId)>>,
     now: Notify,
+    /// Times a waiting probe reckoned its subscribers' windows.
+    #[cfg(test)]
+    looks: std::sync::atomic::AtomicUsize,
 }
 
 type Subscribers = Arc<Subs>;
 
-/// How often a waiting probe looks for a subscriber's window that ended.
+/// The grid a waiting probe acts on a subscriber's window end by: at the
+/// first look after the end, looks falling every `WINDOW_CHECK` from the
+/// start of the wait.
 const WINDOW_CHECK: Duration = Duration::from_secs(1);
 
 impl Subs {
-    /// Whether a subscriber's quarantine window ended after `since`.
-    fn window_ended_since(&self, since: Instant, now: Instant) -> bool {
-        lock(&self.list).iter().any(|(pool, id)| {
-            pool.upgrade()
-                .is_some_and(|p| p.probing().window_ended_since(*id, since, now))
-        })
+    /// The soonest end of a subscriber's quarantine window (or release)
+    /// after `since`: it may be past already.
+    fn soonest_end(&self, since: Instant) -> Option<Instant> {
+        #[cfg(test)]
+        self.looks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.list)
+            .iter()
+            .filter_map(|(pool, id)| pool.upgrade()?.probing().window_end(*id))
+            .filter(|&end| end > since)
+            .min()
     }
+
+    /// A receiver of every health change in the subscribers' pools (a
+    /// window begun, renewed or released), or `None` when they do not
+    /// share one signal: the pools of a server all share its own, pools
+    /// made apart (as in tests) may not.
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        let list = lock(&self.list);
+        let mut pools = list.iter().filter_map(|(pool, _)| pool.upgrade());
+        let first = pools.next()?;
+        let changes = first.saved().changes().clone();
+        pools
+            .all(|p| Arc::ptr_eq(p.saved().changes(), &changes))
+            .then(|| changes.subscribe())
+    }
+}
+
+/// The first look at or after `t` on the grid of [`WINDOW_CHECK`] steps
+/// from `from`, one step at the earliest.
+fn look_at(from: Instant, t: Instant) -> Instant {
+    let steps = t.saturating_duration_since(from).as_nanos();
+    look(from, steps.div_ceil(WINDOW_CHECK.as_nanos()).max(1))
+}
+
+/// The first look after `now` on that grid.
+fn look_after(from: Instant, now: Instant) -> Instant {
+    let steps = now.saturating_duration_since(from).as_nanos();
+    look(from, steps / WINDOW_CHECK.as_nanos() + 1)
+}
+
+/// The `steps`-th look from `from` (a century's worth at most: windows
+/// end within one).
+fn look(from: Instant, steps: u128) -> Instant {
+    let steps = u32::try_from(steps).unwrap_or(u32::MAX);
+    let century = Duration::from_secs(100 * 365 * 86_400);
+    from + WINDOW_CHECK.saturating_mul(steps).min(century)
+}
+
+/// Resolves at the next change `rx` sees; never without one.
+async fn changed(rx: Option<&mut watch::Receiver<u64>>) {
+    if let Some(rx) = rx
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 /// Owns the probe tasks.
@@ -204,21 +259,35 @@ impl Prober {
 
     /// Wait until the next probe is due: an interval from now, a joining
     /// backend's bell, or the end of a subscriber's quarantine window (or
-    /// its release) since the last probe began, looked at every
-    /// [`WINDOW_CHECK`]: traffic returns on the `rise` probes right after a
-    /// window, not up to an interval later. False at shutdown.
+    /// its release) since the last probe began, acted on at the first
+    /// look after it, looks falling every [`WINDOW_CHECK`]: traffic
+    /// returns on the `rise` probes right after a window, not up to an
+    /// interval later. The wait sleeps to the look that acts, and wakes
+    /// between only when a backend's health changes (a window begun,
+    /// renewed or released) to reckon it again, so a probe with nothing
+    /// due stays asleep (subscribers without a shared change signal are
+    /// looked at on every step). False at shutdown.
     async fn wait_next(&self, key: &ProbeKey, subs: &Subs, started: Instant) -> bool {
-        let due = Instant::now() + key.interval;
+        let from = Instant::now();
+        let due = from + key.interval;
         loop {
-            let step = due.min(Instant::now() + WINDOW_CHECK);
+            // Subscribed before looking: a change after the look wakes us.
+            let mut changes = subs.changes();
+            let now = Instant::now();
+            let mut wake = subs
+                .soonest_end(started)
+                .map_or(due, |end| look_at(from, end).min(due));
+            if now >= wake {
+                return true;
+            }
+            if changes.is_none() {
+                wake = wake.min(look_after(from, now));
+            }
             tokio::select! {
                 () = self.token.cancelled() => return false,
                 () = subs.now.notified() => return true,
-                () = tokio::time::sleep_until(step) => {}
-            }
-            let now = Instant::now();
-            if now >= due || subs.window_ended_since(started, now) {
-                return true;
+                () = tokio::time::sleep_until(wake) => {}
+                () = changed(changes.as_mut()) => {}
             }
         }
     }

@@ -88,3 +88,107 @@ fn an_electrum_server_is_held_to_the_genesis_of_the_pools_network() {
     assert_eq!(requirement(&custom).genesis, None);
     assert_eq!(judged(&report, &custom).unfit, None);
 }
+
+/// A pool with one backend `a`, subscribed to a probe task's list, and
+/// that probe's key with an interval of an hour.
+fn one_subscriber() -> (Arc<Pool>, Subscribers, ProbeKey) {
+    let text = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                backends: [{ name: a, addr: \"h:1\" }]\n";
+    let config = crate::config::Config::parse(text, std::path::Path::new("t.yaml")).unwrap();
+    let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+    let (id, _) = pool.probing().probe_targets()[0].clone();
+    let subs: Subscribers = Arc::default();
+    lock(&subs.list).push((Arc::downgrade(&pool), id));
+    let key = ProbeKey {
+        interval: Duration::from_secs(3600),
+        ..key(ProbeKind::Connect, "h:1", Network::Custom)
+    };
+    (pool, subs, key)
+}
+
+/// How long a wait from `t0` lasted: on paused time, exactly when it
+/// woke (to the timer's millisecond).
+fn waited(t0: Instant) -> Duration {
+    Duration::from_millis(t0.elapsed().as_millis() as u64)
+}
+
+fn looks(subs: &Subs) -> usize {
+    subs.looks.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_nothing_due_a_probe_sleeps_its_whole_interval_in_one_look() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (_pool, subs, key) = one_subscriber();
+    let t0 = Instant::now();
+    assert!(prober.wait_next(&key, &subs, t0).await);
+    assert_eq!(waited(t0), key.interval);
+    // Once going to sleep, once at the interval: not once a second.
+    assert_eq!(looks(&subs), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_end_is_acted_on_at_the_first_look_after_it() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (pool, subs, key) = one_subscriber();
+    let t0 = Instant::now();
+    pool.operator()
+        .quarantine("a", Duration::from_millis(2500))
+        .unwrap();
+    assert!(prober.wait_next(&key, &subs, t0).await);
+    assert_eq!(waited(t0), Duration::from_secs(3));
+    assert_eq!(looks(&subs), 2, "asleep until the look that acts");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_begun_or_released_while_a_probe_waits_moves_its_wake() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (pool, subs, key) = one_subscriber();
+    // Begun 10 s into the wait, for 4.5 s: acted on at the look at 15 s.
+    let t0 = Instant::now();
+    let begin = async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        pool.operator()
+            .quarantine("a", Duration::from_millis(4500))
+            .unwrap();
+    };
+    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), begin);
+    assert!(woke);
+    assert_eq!(waited(t0), Duration::from_secs(15));
+    assert_eq!(looks(&subs), 3, "going to sleep, at the change, at 15 s");
+    // An hour's window released 3.3 s into the wait: acted on at 4 s.
+    let t0 = Instant::now();
+    pool.operator()
+        .quarantine("a", Duration::from_secs(3600))
+        .unwrap();
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        assert_eq!(pool.operator().release("a"), Ok(true));
+    };
+    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), release);
+    assert!(woke);
+    assert_eq!(waited(t0), Duration::from_secs(4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscribers_without_one_change_signal_are_looked_at_every_step() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (pool, subs, key) = one_subscriber();
+    // A second pool made apart: a signal of its own.
+    let (other, other_subs, _) = one_subscriber();
+    let other_entry = lock(&other_subs.list)[0].clone();
+    lock(&subs.list).push(other_entry);
+    assert!(subs.changes().is_none());
+    let t0 = Instant::now();
+    let begin = async {
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
+        pool.operator()
+            .quarantine("a", Duration::from_millis(4000))
+            .unwrap();
+    };
+    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), begin);
+    assert!(woke);
+    assert_eq!(waited(t0), Duration::from_secs(15));
+    assert_eq!(looks(&subs), 16, "one look a second, from 0 s to 15 s");
+    drop(other);
+}
