@@ -152,9 +152,10 @@ impl Refusals {
         self.entries.is_empty()
     }
 
-    /// Entries remembered.
+    /// Entries remembered (each once in `entries` and once in `order`).
     #[cfg(test)]
     fn len(&self) -> usize {
+        assert_eq!(self.order.len(), self.entries.len(), "{self:?}");
         self.entries.len()
     }
 }
@@ -227,6 +228,18 @@ mod tests {
         assert!(r.refuses(c, 1, t + 30 * S));
         r.forget_expired(t + 40 * S);
         assert!(r.is_empty(), "nothing left: selection looks nothing up");
+        assert_eq!(r.len(), 0);
+        // An older refusal with a longer window (one recorded before a
+        // reload shortened it) holds the expired ones behind it until its
+        // own ends; none of them is steered meanwhile.
+        r.record(a, 1, t, 100 * S, 8);
+        r.record(b, 1, t + S, 10 * S, 8);
+        r.forget_expired(t + 50 * S);
+        assert_eq!(r.len(), 2);
+        assert!(r.refuses(a, 1, t + 50 * S));
+        assert!(!r.refuses(b, 1, t + 50 * S));
+        r.forget_expired(t + 100 * S);
+        assert!(r.is_empty());
     }
 
     #[test]

@@ -270,13 +270,17 @@ impl Prober {
     async fn wait_next(&self, key: &ProbeKey, subs: &Subs, started: Instant) -> bool {
         let from = Instant::now();
         let due = from + key.interval;
+        // Acted on no earlier than the look at or after this: after a
+        // change, the next one; an end learnt of late (a member back with
+        // the window it left with) waits for it, as it did for a look.
+        let mut first = from;
         loop {
             // Subscribed before looking: a change after the look wakes us.
             let mut changes = subs.changes();
             let now = Instant::now();
-            let mut wake = subs
-                .soonest_end(started)
-                .map_or(due, |end| look_at(from, end).min(due));
+            let mut wake = subs.soonest_end(started).map_or(due, |end| {
+                look_at(from, end).max(look_at(from, first)).min(due)
+            });
             if now >= wake {
                 return true;
             }
@@ -287,7 +291,7 @@ impl Prober {
                 () = self.token.cancelled() => return false,
                 () = subs.now.notified() => return true,
                 () = tokio::time::sleep_until(wake) => {}
-                () = changed(changes.as_mut()) => {}
+                () = changed(changes.as_mut()) => first = Instant::now(),
             }
         }
     }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::pool::node::NodeFacts;
+use crate::pool::saved::HealthChanges;
 
 fn key(kind: ProbeKind, addr: &str, network: Network) -> ProbeKey {
     ProbeKey {
@@ -92,10 +93,24 @@ fn an_electrum_server_is_held_to_the_genesis_of_the_pools_network() {
 /// A pool with one backend `a`, subscribed to a probe task's list, and
 /// that probe's key with an interval of an hour.
 fn one_subscriber() -> (Arc<Pool>, Subscribers, ProbeKey) {
+    subscriber_of(one_pool(None))
+}
+
+/// A pool with one backend `a`, with a change signal of its own or `changes`.
+fn one_pool(changes: Option<&Arc<HealthChanges>>) -> Arc<Pool> {
     let text = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
                 backends: [{ name: a, addr: \"h:1\" }]\n";
     let config = crate::config::Config::parse(text, std::path::Path::new("t.yaml")).unwrap();
-    let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+    let pool = Pool::new(config.pools[0].clone(), CancellationToken::new());
+    Arc::new(match changes {
+        Some(changes) => pool.with_changes(changes.clone()),
+        None => pool,
+    })
+}
+
+/// `pool`'s backend `a` subscribed to a probe task's list, and that
+/// probe's key with an interval of an hour.
+fn subscriber_of(pool: Arc<Pool>) -> (Arc<Pool>, Subscribers, ProbeKey) {
     let (id, _) = pool.probing().probe_targets()[0].clone();
     let subs: Subscribers = Arc::default();
     lock(&subs.list).push((Arc::downgrade(&pool), id));
@@ -191,4 +206,78 @@ async fn subscribers_without_one_change_signal_are_looked_at_every_step() {
     assert_eq!(waited(t0), Duration::from_secs(15));
     assert_eq!(looks(&subs), 16, "one look a second, from 0 s to 15 s");
     drop(other);
+}
+
+#[tokio::test(start_paused = true)]
+async fn looks_fall_from_the_start_of_the_wait_and_only_ends_since_the_probe_count() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (pool, subs, key) = one_subscriber();
+    let quarantine = |ms| {
+        pool.operator()
+            .quarantine("a", Duration::from_millis(ms))
+            .unwrap();
+    };
+    // The probe began 300 ms before the wait: the looks still fall on
+    // whole seconds from the wait's start.
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    quarantine(2500);
+    assert!(prober.wait_next(&key, &subs, started).await);
+    assert_eq!(waited(t0), Duration::from_secs(3));
+    // A window that ended after the probe began but before the wait: the
+    // first look acts on it.
+    let started = Instant::now();
+    quarantine(200);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t0 = Instant::now();
+    assert!(prober.wait_next(&key, &subs, started).await);
+    assert_eq!(waited(t0), Duration::from_secs(1));
+    // One that ended before the probe began: the probe saw it out.
+    quarantine(200);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t0 = Instant::now();
+    assert!(prober.wait_next(&key, &subs, t0).await);
+    assert_eq!(waited(t0), key.interval);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_end_learnt_of_at_a_change_waits_for_the_next_look() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let changes = Arc::new(HealthChanges::default());
+    let (pool, subs, key) = subscriber_of(one_pool(Some(&changes)));
+    let back = one_pool(Some(&changes));
+    let t0 = Instant::now();
+    // A backend not yet among the subscribers ends a window at 1.2 s; it
+    // joins them at 2.5 s (as a discovered member returns with the window
+    // it left with), told by a change: acted on at the look at 3 s, as
+    // a look would have found it, not at 2.5 s.
+    back.operator()
+        .quarantine("a", Duration::from_millis(1200))
+        .unwrap();
+    let join = async {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let (id, _) = back.probing().probe_targets()[0].clone();
+        lock(&subs.list).push((Arc::downgrade(&back), id));
+        pool.operator()
+            .quarantine("a", Duration::from_secs(3600))
+            .unwrap();
+    };
+    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), join);
+    assert!(woke);
+    assert_eq!(waited(t0), Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bell_ends_a_wait_at_once() {
+    let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
+    let (_pool, subs, key) = one_subscriber();
+    let t0 = Instant::now();
+    let ring = async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        subs.now.notify_one();
+    };
+    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), ring);
+    assert!(woke);
+    assert_eq!(waited(t0), Duration::from_millis(700));
 }
