@@ -121,23 +121,49 @@ fn subscriber_of(pool: Arc<Pool>) -> (Arc<Pool>, Subscribers, ProbeKey) {
     (pool, subs, key)
 }
 
-/// How long a wait from `t0` lasted: on paused time, exactly when it
-/// woke (to the timer's millisecond).
-fn waited(t0: Instant) -> Duration {
-    Duration::from_millis(t0.elapsed().as_millis() as u64)
+/// Wait for the next probe (the last began at `started`); how long the
+/// wait lasted: on paused time, exactly when it woke (to the timer's
+/// millisecond).
+async fn wait(prober: &Prober, key: &ProbeKey, subs: &Subs, started: Instant) -> Duration {
+    wait_while(prober, (key, subs, started), Duration::ZERO, || {}).await
+}
+
+/// As [`wait`], with `act` done `after` into the wait.
+async fn wait_while(
+    prober: &Prober,
+    (key, subs, started): (&ProbeKey, &Subs, Instant),
+    after: Duration,
+    act: impl FnOnce(),
+) -> Duration {
+    let t0 = Instant::now();
+    let meanwhile = async {
+        tokio::time::sleep(after).await;
+        act();
+    };
+    let (woke, ()) = tokio::join!(prober.wait_next(key, subs, started), meanwhile);
+    assert!(woke, "not a shutdown");
+    let d = t0.elapsed();
+    Duration::from_millis(d.as_millis() as u64)
 }
 
 fn looks(subs: &Subs) -> usize {
     subs.looks.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+fn quarantine(pool: &Pool, ms: u64) {
+    pool.operator()
+        .quarantine("a", Duration::from_millis(ms))
+        .unwrap();
+}
+
+const HOUR: u64 = 3_600_000;
+
 #[tokio::test(start_paused = true)]
 async fn with_nothing_due_a_probe_sleeps_its_whole_interval_in_one_look() {
     let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
     let (_pool, subs, key) = one_subscriber();
-    let t0 = Instant::now();
-    assert!(prober.wait_next(&key, &subs, t0).await);
-    assert_eq!(waited(t0), key.interval);
+    let waited = wait(&prober, &key, &subs, Instant::now()).await;
+    assert_eq!(waited, key.interval);
     // Once going to sleep, once at the interval: not once a second.
     assert_eq!(looks(&subs), 2);
 }
@@ -146,12 +172,10 @@ async fn with_nothing_due_a_probe_sleeps_its_whole_interval_in_one_look() {
 async fn a_window_end_is_acted_on_at_the_first_look_after_it() {
     let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
     let (pool, subs, key) = one_subscriber();
-    let t0 = Instant::now();
-    pool.operator()
-        .quarantine("a", Duration::from_millis(2500))
-        .unwrap();
-    assert!(prober.wait_next(&key, &subs, t0).await);
-    assert_eq!(waited(t0), Duration::from_secs(3));
+    let started = Instant::now();
+    quarantine(&pool, 2500);
+    let waited = wait(&prober, &key, &subs, started).await;
+    assert_eq!(waited, Duration::from_secs(3));
     assert_eq!(looks(&subs), 2, "asleep until the look that acts");
 }
 
@@ -160,29 +184,30 @@ async fn a_window_begun_or_released_while_a_probe_waits_moves_its_wake() {
     let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
     let (pool, subs, key) = one_subscriber();
     // Begun 10 s into the wait, for 4.5 s: acted on at the look at 15 s.
-    let t0 = Instant::now();
-    let begin = async {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        pool.operator()
-            .quarantine("a", Duration::from_millis(4500))
-            .unwrap();
-    };
-    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), begin);
-    assert!(woke);
-    assert_eq!(waited(t0), Duration::from_secs(15));
+    let waited = wait_while(
+        &prober,
+        (&key, &subs, Instant::now()),
+        Duration::from_secs(10),
+        || {
+            quarantine(&pool, 4500);
+        },
+    )
+    .await;
+    assert_eq!(waited, Duration::from_secs(15));
     assert_eq!(looks(&subs), 3, "going to sleep, at the change, at 15 s");
     // An hour's window released 3.3 s into the wait: acted on at 4 s.
-    let t0 = Instant::now();
-    pool.operator()
-        .quarantine("a", Duration::from_secs(3600))
-        .unwrap();
-    let release = async {
-        tokio::time::sleep(Duration::from_millis(3300)).await;
-        assert_eq!(pool.operator().release("a"), Ok(true));
-    };
-    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), release);
-    assert!(woke);
-    assert_eq!(waited(t0), Duration::from_secs(4));
+    let started = Instant::now();
+    quarantine(&pool, HOUR);
+    let waited = wait_while(
+        &prober,
+        (&key, &subs, started),
+        Duration::from_millis(3300),
+        || {
+            assert_eq!(pool.operator().release("a"), Ok(true));
+        },
+    )
+    .await;
+    assert_eq!(waited, Duration::from_secs(4));
 }
 
 #[tokio::test(start_paused = true)]
@@ -194,16 +219,12 @@ async fn subscribers_without_one_change_signal_are_looked_at_every_step() {
     let other_entry = lock(&other_subs.list)[0].clone();
     lock(&subs.list).push(other_entry);
     assert!(subs.changes().is_none());
-    let t0 = Instant::now();
-    let begin = async {
-        tokio::time::sleep(Duration::from_millis(10_500)).await;
-        pool.operator()
-            .quarantine("a", Duration::from_millis(4000))
-            .unwrap();
-    };
-    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), begin);
-    assert!(woke);
-    assert_eq!(waited(t0), Duration::from_secs(15));
+    let at = Duration::from_millis(10_500);
+    let waited = wait_while(&prober, (&key, &subs, Instant::now()), at, || {
+        quarantine(&pool, 4000);
+    })
+    .await;
+    assert_eq!(waited, Duration::from_secs(15));
     assert_eq!(looks(&subs), 16, "one look a second, from 0 s to 15 s");
     drop(other);
 }
@@ -212,33 +233,25 @@ async fn subscribers_without_one_change_signal_are_looked_at_every_step() {
 async fn looks_fall_from_the_start_of_the_wait_and_only_ends_since_the_probe_count() {
     let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
     let (pool, subs, key) = one_subscriber();
-    let quarantine = |ms| {
-        pool.operator()
-            .quarantine("a", Duration::from_millis(ms))
-            .unwrap();
-    };
     // The probe began 300 ms before the wait: the looks still fall on
     // whole seconds from the wait's start.
     let started = Instant::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let t0 = Instant::now();
-    quarantine(2500);
-    assert!(prober.wait_next(&key, &subs, started).await);
-    assert_eq!(waited(t0), Duration::from_secs(3));
+    quarantine(&pool, 2500);
+    let waited = wait(&prober, &key, &subs, started).await;
+    assert_eq!(waited, Duration::from_secs(3));
     // A window that ended after the probe began but before the wait: the
     // first look acts on it.
     let started = Instant::now();
-    quarantine(200);
+    quarantine(&pool, 200);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let t0 = Instant::now();
-    assert!(prober.wait_next(&key, &subs, started).await);
-    assert_eq!(waited(t0), Duration::from_secs(1));
+    let waited = wait(&prober, &key, &subs, started).await;
+    assert_eq!(waited, Duration::from_secs(1));
     // One that ended before the probe began: the probe saw it out.
-    quarantine(200);
+    quarantine(&pool, 200);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let t0 = Instant::now();
-    assert!(prober.wait_next(&key, &subs, t0).await);
-    assert_eq!(waited(t0), key.interval);
+    let waited = wait(&prober, &key, &subs, Instant::now()).await;
+    assert_eq!(waited, key.interval);
 }
 
 #[tokio::test(start_paused = true)]
@@ -247,37 +260,34 @@ async fn an_end_learnt_of_at_a_change_waits_for_the_next_look() {
     let changes = Arc::new(HealthChanges::default());
     let (pool, subs, key) = subscriber_of(one_pool(Some(&changes)));
     let back = one_pool(Some(&changes));
-    let t0 = Instant::now();
     // A backend not yet among the subscribers ends a window at 1.2 s; it
     // joins them at 2.5 s (as a discovered member returns with the window
     // it left with), told by a change: acted on at the look at 3 s, as
     // a look would have found it, not at 2.5 s.
-    back.operator()
-        .quarantine("a", Duration::from_millis(1200))
-        .unwrap();
-    let join = async {
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        let (id, _) = back.probing().probe_targets()[0].clone();
-        lock(&subs.list).push((Arc::downgrade(&back), id));
-        pool.operator()
-            .quarantine("a", Duration::from_secs(3600))
-            .unwrap();
-    };
-    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), join);
-    assert!(woke);
-    assert_eq!(waited(t0), Duration::from_secs(3));
+    let started = Instant::now();
+    quarantine(&back, 1200);
+    let waited = wait_while(
+        &prober,
+        (&key, &subs, started),
+        Duration::from_millis(2500),
+        || {
+            let (id, _) = back.probing().probe_targets()[0].clone();
+            lock(&subs.list).push((Arc::downgrade(&back), id));
+            quarantine(&pool, HOUR);
+        },
+    )
+    .await;
+    assert_eq!(waited, Duration::from_secs(3));
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_bell_ends_a_wait_at_once() {
     let prober = Prober::new(TaskTracker::new(), CancellationToken::new());
     let (_pool, subs, key) = one_subscriber();
-    let t0 = Instant::now();
-    let ring = async {
-        tokio::time::sleep(Duration::from_millis(700)).await;
+    let at = Duration::from_millis(700);
+    let waited = wait_while(&prober, (&key, &subs, Instant::now()), at, || {
         subs.now.notify_one();
-    };
-    let (woke, ()) = tokio::join!(prober.wait_next(&key, &subs, t0), ring);
-    assert!(woke);
-    assert_eq!(waited(t0), Duration::from_millis(700));
+    })
+    .await;
+    assert_eq!(waited, at);
 }
