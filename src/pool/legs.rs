@@ -49,9 +49,7 @@ impl Legs<'_> {
         let strict = node::strict(&self.pool.config().health);
         let mut backends = self.pool.backends();
         let now = Instant::now();
-        if !backends.refused.is_empty() {
-            backends.refused.forget_expired(now);
-        }
+        backends.refused.forget_expired(now);
         let refused = backends.refused.of(source_of(entry.client.ip()), now);
         let cands: Vec<Candidate> = backends
             .active
