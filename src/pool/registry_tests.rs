@@ -199,3 +199,17 @@ fn a_connect_that_races_a_drain_never_stays_on_the_drained_backend() {
     assert!(pool.legs().splice_if_wanted(a, true, &third.closer, None));
     assert!(pool.legs().splice_if_wanted(a, false, &late.closer, None));
 }
+
+/// A refusal steers its address away for `quarantine.base`; the first
+/// selection after that forgets it, so later ones look nothing up.
+#[tokio::test(start_paused = true)]
+async fn a_selection_forgets_refusals_whose_window_is_over() {
+    let pool = pool();
+    let client = "127.0.0.1".parse().unwrap();
+    pool.legs().record_closed_at_once(0, Instant::now(), client);
+    drop(pool.legs().reserve(1, entry(), &[]));
+    assert!(!pool.backends().refused.is_empty(), "its window runs");
+    tokio::time::advance(pool.config().quarantine.base).await;
+    drop(pool.legs().reserve(2, entry(), &[]));
+    assert!(pool.backends().refused.is_empty(), "forgotten");
+}
