@@ -414,7 +414,6 @@ fn report(mut v: Value, tags: &[String]) -> anyhow::Result<()> {
             .unwrap_or_else(|| Value::String(val.to_owned()));
         window::merge(&mut v, serde_json::json!({ k: val }));
     }
-    eprintln!("{v}");
     println!("{}", serde_json::to_string(&v)?);
     Ok(())
 }
