@@ -53,6 +53,9 @@ pub struct ChainParams {
     pub pow: PowHash,
     /// The easiest target allowed, as compact bits.
     pub limit_bits: u32,
+    /// The genesis block's own bits, which the blocks up to the first
+    /// retarget repeat; not always the limit (Litecoin's are 0x1e0ffff0).
+    pub genesis_bits: u32,
     /// The difficulty rule.
     pub retarget: Retarget,
 }
@@ -86,6 +89,7 @@ const NETWORKS: [ChainParams; 6] = [
         genesis: display_hash("12a765e31ffd4059bada1e25190f6e98c99d9714d334efa41a195a7e7e04bfe2"),
         pow: PowHash::Scrypt,
         limit_bits: 0x1e0f_ffff,
+        genesis_bits: 0x1e0f_fff0,
         retarget: Retarget::Periodic,
     },
     ChainParams {
@@ -93,6 +97,7 @@ const NETWORKS: [ChainParams; 6] = [
         genesis: display_hash("4966625a4b2851d9fdee139e56211a0d88575f59ed816ff5e6a63deb4e3e29a0"),
         pow: PowHash::Scrypt,
         limit_bits: 0x1e0f_ffff,
+        genesis_bits: 0x1e0f_fff0,
         retarget: Retarget::MinDifficulty,
     },
     ChainParams {
@@ -100,6 +105,7 @@ const NETWORKS: [ChainParams; 6] = [
         genesis: display_hash("530827f38f93b43ed12af0b3ad25a288dc02ed74d6d7857862df51fc56c416f9"),
         pow: PowHash::Scrypt,
         limit_bits: 0x207f_ffff,
+        genesis_bits: 0x207f_ffff,
         retarget: Retarget::Never,
     },
     ChainParams {
@@ -107,6 +113,7 @@ const NETWORKS: [ChainParams; 6] = [
         genesis: display_hash("000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"),
         pow: PowHash::Sha256d,
         limit_bits: 0x1d00_ffff,
+        genesis_bits: 0x1d00_ffff,
         retarget: Retarget::Periodic,
     },
     ChainParams {
@@ -114,6 +121,7 @@ const NETWORKS: [ChainParams; 6] = [
         genesis: display_hash("000000000933ea01ad0ee984209779baaec3ced90fa3f408719526f8d77f4943"),
         pow: PowHash::Sha256d,
         limit_bits: 0x1d00_ffff,
+        genesis_bits: 0x1d00_ffff,
         retarget: Retarget::MinDifficulty,
     },
     ChainParams {
@@ -121,6 +129,7 @@ const NETWORKS: [ChainParams; 6] = [
         genesis: display_hash("0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"),
         pow: PowHash::Sha256d,
         limit_bits: 0x207f_ffff,
+        genesis_bits: 0x207f_ffff,
         retarget: Retarget::Never,
     },
 ];
@@ -248,7 +257,7 @@ impl ChainParams {
         Tip {
             height: 0,
             hash: self.genesis,
-            bits: self.limit_bits,
+            bits: self.genesis_bits,
         }
     }
 

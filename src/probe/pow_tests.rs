@@ -60,6 +60,54 @@ fn genesis_hashes_match_the_networks() {
 }
 
 #[test]
+fn the_genesis_tip_carries_the_genesis_blocks_own_bits() {
+    // Litecoin's genesis is not at its limit (0x1e0fffff); its successors
+    // repeat the genesis block's bits until the first retarget.
+    let ltc = params(Network::Litecoin).unwrap();
+    assert_eq!(ltc.genesis_tip().bits, litecoin_genesis().bits());
+    let btc = params(Network::Bitcoin).unwrap();
+    assert_eq!(btc.genesis_tip().bits, 0x1d00_ffff);
+    for net in [Network::LitecoinRegtest, Network::BitcoinRegtest] {
+        let p = params(net).unwrap();
+        assert_eq!(p.genesis_tip().bits, p.limit_bits, "{net:?}");
+    }
+}
+
+#[test]
+fn litecoins_first_block_follows_its_genesis() {
+    // Block 1 of Litecoin's main chain, as mined (hash 80ca095e...c78f).
+    let ltc = params(Network::Litecoin).unwrap();
+    let one = header(
+        1,
+        "12a765e31ffd4059bada1e25190f6e98c99d9714d334efa41a195a7e7e04bfe2",
+        "fa3906a4219078364372d0e2715f93e822edd0b47ce146c71ba7ba57179b50f6",
+        1_318_055_359,
+        0x1e0f_fff0,
+        272_255,
+    );
+    assert_eq!(
+        one.hash(),
+        display("80ca095ed10b02e53d769eb6eaf92cd04e9e0759e5be4a8477b42911ba49c78f")
+    );
+    let tip = ltc.check(&ltc.genesis_tip(), &one).unwrap();
+    assert_eq!((tip.height, tip.hash, tip.bits), (1, one.hash(), 0x1e0f_fff0));
+    // Bits other than the genesis block's are out of turn before the
+    // first retarget, the limit's too.
+    let limit = Tip {
+        bits: ltc.limit_bits,
+        ..ltc.genesis_tip()
+    };
+    assert_eq!(
+        ltc.check(&limit, &one),
+        Err(PowError::BadRetarget {
+            height: 1,
+            from: 0x1e0f_ffff,
+            to: 0x1e0f_fff0
+        })
+    );
+}
+
+#[test]
 fn genesis_hashes_print_as_explorers_show_them() {
     let regtest = params(Network::LitecoinRegtest).unwrap();
     assert_eq!(
