@@ -90,7 +90,10 @@ fn litecoins_first_block_follows_its_genesis() {
         display("80ca095ed10b02e53d769eb6eaf92cd04e9e0759e5be4a8477b42911ba49c78f")
     );
     let tip = ltc.check(&ltc.genesis_tip(), &one).unwrap();
-    assert_eq!((tip.height, tip.hash, tip.bits), (1, one.hash(), 0x1e0f_fff0));
+    assert_eq!(
+        (tip.height, tip.hash, tip.bits),
+        (1, one.hash(), 0x1e0f_fff0)
+    );
     // Bits other than the genesis block's are out of turn before the
     // first retarget, the limit's too.
     let limit = Tip {
