@@ -223,6 +223,10 @@ impl Probing<'_> {
             debug!(pool = %self.pool.name, backend = %b.config().name, "probe_stale");
             return;
         }
+        let strict = node::strict(&config.health);
+        // Judged fit for the first time, it becomes another leg: drains
+        // the last-leg rule held may go on.
+        let was_taking = b.takes_clients(strict);
         if report.height.is_some() {
             b.set_height(report.height, report.proof == Proof::Proven);
         } else if !reads_height(config.health.probe) {
@@ -305,7 +309,9 @@ impl Probing<'_> {
         let before = kept(b.health());
         let effect = b.health_mut().probe(outcome, now, &Policy::of(&config));
         self.pool.note(before, b.health());
-        let changed = self.pool.report(b, effect) || was_usable != b.health().is_usable();
+        let changed = self.pool.report(b, effect)
+            || was_usable != b.health().is_usable()
+            || was_taking != b.takes_clients(strict);
         self.pool.note_servable(&backends, &config);
         if changed {
             self.pool.drain(&mut backends, &config);

@@ -225,4 +225,11 @@ impl Backend {
             Suitability::Unjudged => !strict,
         }
     }
+
+    /// A new client may be given to it now: usable and fit to serve the
+    /// pool's clients. What the last-leg rule asks of another backend
+    /// before it takes this one's clients away.
+    pub(in crate::pool) fn takes_clients(&self, strict: bool) -> bool {
+        self.health().is_usable() && self.may_serve(strict)
+    }
 }

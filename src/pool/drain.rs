@@ -23,6 +23,7 @@ use crate::pool::backend::Backend;
 use crate::pool::close::CloseReason;
 use crate::pool::health::State;
 use crate::pool::members::Members;
+use crate::pool::node;
 use crate::pool::registry::Pool;
 use crate::pool::snapshot::ConnState;
 
@@ -96,7 +97,7 @@ impl Members {
     /// keeps: it is out, drains are on, and no backend of the pool is
     /// usable to take its clients. 0 otherwise.
     pub(in crate::pool) fn last_leg_kept(&self, config: &PoolConfig, name: &str) -> usize {
-        if !config.health.drain || self.active.iter().any(|b| b.health().is_usable()) {
+        if !config.health.drain || self.any_takes_clients(node::strict(&config.health)) {
             return 0;
         }
         let now = Instant::now();
@@ -167,7 +168,7 @@ impl Pool {
     /// drained at once, whatever `drain_spread` says.
     pub(in crate::pool) fn drain(&self, m: &mut Members, config: &PoolConfig) {
         let now = Instant::now();
-        if config.health.drain && m.active.iter().any(|b| b.health().is_usable()) {
+        if config.health.drain && m.any_takes_clients(node::strict(&config.health)) {
             for b in m.active.iter_mut().filter(|b| out(b, now)) {
                 let state = b.health().state();
                 let spread = if state == State::Down {
@@ -218,7 +219,7 @@ impl Pool {
 
     fn step_locked(&self, m: &mut Members, config: &PoolConfig, now: Instant) -> Option<Instant> {
         // The last-leg rule, checked again before each close.
-        let any_usable = m.active.iter().any(|b| b.health().is_usable());
+        let any_takes = m.any_takes_clients(node::strict(&config.health));
         let mut next: Option<Instant> = None;
         for b in &mut m.active {
             next = earliest(next, self.advance_shed(b, now));
@@ -229,11 +230,11 @@ impl Pool {
                 self.stop_drain(b);
                 continue;
             }
-            next = earliest(next, self.advance(b, any_usable, now));
+            next = earliest(next, self.advance(b, any_takes, now));
         }
         for b in &mut m.leaving {
             next = earliest(next, self.advance_shed(b, now));
-            next = earliest(next, self.advance(b, any_usable, now));
+            next = earliest(next, self.advance(b, any_takes, now));
         }
         m.leaving
             .retain(|b| b.drain().is_some() || !b.conns().is_empty());
@@ -241,9 +242,9 @@ impl Pool {
     }
 
     /// Close `b`'s connections that are due, oldest first.
-    fn advance(&self, b: &mut Backend, any_usable: bool, now: Instant) -> Option<Instant> {
+    fn advance(&self, b: &mut Backend, any_takes: bool, now: Instant) -> Option<Instant> {
         let mut run = b.drain_mut().take()?;
-        if !any_usable {
+        if !any_takes {
             if !run.paused {
                 run.paused = true;
                 debug!(

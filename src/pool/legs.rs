@@ -88,9 +88,11 @@ impl Legs<'_> {
     ) -> bool {
         let strict = node::strict(&self.pool.config().health);
         let mut m = self.pool.backends();
-        let usable = |b: &Backend| b.health().is_usable();
-        let wanted =
-            m.active.iter().any(|b| b.id() == backend && usable(b)) || !m.active.iter().any(usable);
+        let wanted = m
+            .active
+            .iter()
+            .any(|b| b.id() == backend && b.health().is_usable())
+            || !m.any_takes_clients(strict);
         // Found unfit while we connected: never splice there, whatever else.
         let unfit = m
             .active

@@ -38,6 +38,12 @@ impl Members {
             .chain(&self.leaving)
             .any(|b| b.id() == backend && b.drain().is_some())
     }
+
+    /// True when a configured backend can take a new client
+    /// ([`Backend::takes_clients`]): the last-leg rule's question.
+    pub(in crate::pool) fn any_takes_clients(&self, strict: bool) -> bool {
+        self.active.iter().any(|b| b.takes_clients(strict))
+    }
 }
 
 /// What a wanted backend is to the backends a pool has.

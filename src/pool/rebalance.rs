@@ -89,7 +89,7 @@ impl Rebalance<'_> {
             .active
             .iter()
             .map(|b| Load {
-                usable: b.health().is_usable() && b.may_serve(strict),
+                usable: b.takes_clients(strict),
                 backup: b.config().backup,
                 // O(1): a connection just closed by the previous tick leaves the
                 // map within milliseconds, long before the next tick.

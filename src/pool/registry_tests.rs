@@ -82,6 +82,47 @@ fn a_strict_pool_serves_only_from_backends_judged_suitable() {
     assert!(pool.legs().reserve(9, entry(), &[]).is_none());
 }
 
+/// In a strict pool a backend no probe has judged is usable as far as
+/// its health goes but takes no client: it is no other leg. The only fit
+/// backend keeps its connections when taken out (and a client connecting
+/// to it still splices there), until another is judged fit.
+#[test]
+fn a_backend_that_takes_no_client_is_no_other_leg() {
+    const FILTERS: u64 = 1 | 1 << 3 | 1 << 6;
+    let pool = strict_pool();
+    told(&pool, 0, FILTERS);
+    let on_a: Vec<_> = (1..=3)
+        .map(|conn| {
+            let e = entry();
+            let (lease, target) = pool.legs().reserve(conn, e.clone(), &[]).unwrap();
+            assert_eq!(target.config.name, "a");
+            assert!(pool.legs().splice_if_wanted(0, true, &e.closer, None));
+            (lease, e)
+        })
+        .collect();
+    let connecting = entry();
+    let (_lease, _) = pool.legs().reserve(4, connecting.clone(), &[]).unwrap();
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(
+        pool.operator().quarantine("a", hour),
+        Ok(3),
+        "b, unjudged, cannot take a's clients: a is the last leg"
+    );
+    assert!(
+        pool.legs()
+            .splice_if_wanted(0, true, &connecting.closer, None),
+        "nowhere else to go: it stays on a"
+    );
+    let later = Instant::now() + std::time::Duration::from_secs(60);
+    pool.drains().step(later);
+    assert!(on_a.iter().all(|(_, e)| !e.closer.is_closing()));
+    // `b` judged fit: a's clients may go there now.
+    told(&pool, 1, FILTERS);
+    pool.drains().step(later);
+    assert!(on_a.iter().all(|(_, e)| e.closer.is_closing()));
+    assert!(connecting.closer.is_closing());
+}
+
 /// One per connection, in the backend's B-tree: what `/connections`
 /// shows (a pointer for `via`, the backend leg's address) costs 40
 /// bytes over the 56 before it; no more without a reason.
