@@ -254,10 +254,10 @@ impl Ends<'_> {
                     );
                 }
             }
-            judge_ending(pool, target, &out, started, peer);
+            judge_ending(pool, target, &out, (conn, started), peer);
             drop(held);
         } else {
-            judge_ending(pool, target, &out, started, peer);
+            judge_ending(pool, target, &out, (conn, started), peer);
             drop(held);
             drop(sockets);
         }
@@ -344,13 +344,13 @@ fn judge_ending(
     pool: &Arc<Pool>,
     target: &Target,
     out: &splice::Outcome,
-    started: Instant,
+    (conn, started): (ConnId, Instant),
     peer: SocketAddr,
 ) {
     let by_backend = out.reason.by_backend();
     if by_backend && out.bytes_down == 0 && started.elapsed() < CLOSED_AT_ONCE {
         pool.legs()
-            .record_closed_at_once(target.id, started, peer.ip());
+            .record_closed_at_once(target.id, conn, started, peer.ip());
     } else if out.bytes_down > 0 && target.stats.closing_at_once.load(Ordering::Relaxed) {
         pool.legs().record_served(target.id);
     }

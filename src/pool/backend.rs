@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,9 @@ pub(in crate::pool) struct Backend {
     node: Option<NodeFacts>,
     /// Whether it can serve this pool's clients, as that probe found.
     suitability: Suitability,
+    /// The newest connection it closed at once: a client accepted after it
+    /// and served since breaks the run of closes.
+    last_refused: ConnId,
 }
 
 /// Whether a backend can serve its pool's clients: its services, protocol
@@ -82,6 +86,7 @@ impl Backend {
             traffic: Traffic::default(),
             node: None,
             suitability: Suitability::Unjudged,
+            last_refused: 0,
         }
     }
 
@@ -224,6 +229,20 @@ impl Backend {
             Suitability::Unsuitable => false,
             Suitability::Unjudged => !strict,
         }
+    }
+
+    /// Connection `conn` was closed at once (refused). True when a client
+    /// accepted after the one refused before it has had bytes from the node
+    /// since: the node serves, so the closes are not in a row. Walks only
+    /// the connections accepted since that refusal.
+    pub(in crate::pool) fn note_refused(&mut self, conn: ConnId) -> bool {
+        let since = self.last_refused.saturating_add(1);
+        let served = self
+            .conns
+            .range(since..)
+            .any(|(id, e)| *id != conn && e.closer.bytes_down.load(Ordering::Relaxed) > 0);
+        self.last_refused = self.last_refused.max(conn);
+        served
     }
 
     /// A new client may be given to it now: usable and fit to serve the

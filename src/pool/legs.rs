@@ -141,7 +141,8 @@ impl Legs<'_> {
     }
 
     /// A client connection from `client` to `backend` that began at
-    /// `started` was closed by the backend at once, before it sent a byte:
+    /// `started` (connection `conn`) was closed by the backend at once,
+    /// before it sent a byte:
     /// what a node that banned our address does to every client, and what
     /// any node does to one client's garbage; also a connect made from the
     /// client's own address (`source: client`) that the node refused or
@@ -150,11 +151,22 @@ impl Legs<'_> {
     /// far as such closes come from 2 client addresses or more; the address
     /// is steered to the other backends for `quarantine.base`
     /// ([`crate::pool::refused`]).
-    pub fn record_closed_at_once(&self, backend: BackendId, started: Instant, client: IpAddr) {
+    pub fn record_closed_at_once(
+        &self,
+        backend: BackendId,
+        conn: ConnId,
+        started: Instant,
+        client: IpAddr,
+    ) {
         let source = source_of(client);
         self.record_refused(backend, source, client);
         self.record_failure(backend, |pool, b, policy| {
             let now = Instant::now();
+            // A client served since the last refusal ends the run, even
+            // one still connected (pinned clients stay for days).
+            if b.note_refused(conn) {
+                b.health_mut().served();
+            }
             let (effect, counted) = b.health_mut().closed_at_once(source, started, now, policy);
             let closing = b.health().closes_at_once() > 0;
             b.stats().closing_at_once.store(closing, Ordering::Relaxed);

@@ -123,6 +123,40 @@ fn a_backend_that_takes_no_client_is_no_other_leg() {
     assert!(connecting.closer.is_closing());
 }
 
+/// Closes at once count toward `quarantine.failures` only in a row: a
+/// client accepted after a refusal and served since ends the run, even
+/// while it stays connected. Without those clients served, the same three
+/// refusals from three addresses take the backend out.
+#[tokio::test(start_paused = true)]
+async fn a_client_served_between_refusals_ends_their_run() {
+    for served in [true, false] {
+        let pool = pool();
+        let mut held = Vec::new();
+        for i in 0..3u8 {
+            let conn = 2 * ConnId::from(i) + 1;
+            let client = std::net::IpAddr::from([10, 0, 0, i + 1]);
+            // Each refused client accepted after the last refusal: a new
+            // incident each time.
+            tokio::time::advance(std::time::Duration::from_secs(1)).await;
+            let started = Instant::now();
+            tokio::time::advance(std::time::Duration::from_millis(10)).await;
+            pool.legs().record_closed_at_once(0, conn, started, client);
+            let next = entry();
+            let (lease, target) = pool.legs().reserve(conn + 1, next.clone(), &[]).unwrap();
+            assert!(
+                pool.legs()
+                    .splice_if_wanted(target.id, target.usable, &next.closer, None)
+            );
+            if served {
+                next.closer.bytes_down.store(10, Ordering::Relaxed);
+            }
+            held.push(lease);
+        }
+        let state = pool.view().overview().backends[0].state;
+        assert_eq!(state.is_usable(), served, "served between: {served}");
+    }
+}
+
 /// One per connection, in the backend's B-tree: what `/connections`
 /// shows (a pointer for `via`, the backend leg's address) costs 40
 /// bytes over the 56 before it; no more without a reason.
@@ -247,7 +281,8 @@ fn a_connect_that_races_a_drain_never_stays_on_the_drained_backend() {
 async fn a_selection_forgets_refusals_whose_window_is_over() {
     let pool = pool();
     let client = "127.0.0.1".parse().unwrap();
-    pool.legs().record_closed_at_once(0, Instant::now(), client);
+    pool.legs()
+        .record_closed_at_once(0, 1, Instant::now(), client);
     drop(pool.legs().reserve(1, entry(), &[]));
     assert!(!pool.backends().refused.is_empty(), "its window runs");
     tokio::time::advance(pool.config().quarantine.base).await;

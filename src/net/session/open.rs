@@ -162,7 +162,7 @@ async fn connect_some(
                     // that client alone, judged per client.
                     Some(client) => pool
                         .legs()
-                        .record_closed_at_once(target.id, attempt, client),
+                        .record_closed_at_once(target.id, conn, attempt, client),
                     None => pool.legs().record_connect(target.id, attempt, false),
                 }
                 log_failure(pool, &target, conn, (peer, via), &err);
