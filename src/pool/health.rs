@@ -257,7 +257,7 @@ impl BackendHealth {
         if same_incident || self.quarantine.is_some() {
             return Effect::None;
         }
-        self.connect_failures += 1;
+        self.connect_failures = self.connect_failures.saturating_add(1);
         self.strike_if_failing(now, policy)
     }
 
@@ -351,7 +351,7 @@ impl BackendHealth {
             ProbeOutcome::Stalled => QuarantineReason::Stalled,
             ProbeOutcome::Unsuitable => QuarantineReason::Unsuitable,
         };
-        self.bad_probes += 1;
+        self.bad_probes = self.bad_probes.saturating_add(1);
         self.good_probes = 0;
         // What the node says it is needs no second opinion: out at once.
         let fall = if reason == QuarantineReason::Unsuitable {
@@ -380,7 +380,7 @@ impl BackendHealth {
             }
             Some(_) if in_window => Effect::None,
             Some(_) => {
-                self.good_probes += 1;
+                self.good_probes = self.good_probes.saturating_add(1);
                 if self.good_probes < policy.rise {
                     return Effect::None;
                 }
@@ -419,7 +419,7 @@ impl BackendHealth {
     }
 
     fn take_out(&mut self, reason: QuarantineReason, now: Instant, policy: &Policy) -> Effect {
-        self.strikes += 1;
+        self.strikes = self.strikes.saturating_add(1);
         self.bad_probes = 0;
         self.good_probes = 0;
         let window = policy.window(self.strikes);

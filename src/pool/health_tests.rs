@@ -308,3 +308,38 @@ fn a_probe_that_found_it_down_orders_fail_open_like_a_failed_connect() {
     probed.connect_failed(t0 + S, t0 + 3 * S, &p);
     assert_eq!(probed.connect_failures, 1);
 }
+
+/// Counts put back from a saved record (a state file is outside input)
+/// at their largest: the next failure, probe or quarantine stays at the
+/// top instead of overflowing (a panic in a debug build, a wrap to 0 and
+/// a window back at `base` in a release one).
+#[test]
+fn counts_restored_at_their_largest_do_not_overflow() {
+    let (p, t0) = (policy(), Instant::now());
+    let top = Counts {
+        strikes: u32::MAX,
+        connect_failures: u32::MAX - 1,
+        closes_at_once: u32::MAX,
+        bad_probes: u32::MAX,
+        good_probes: u32::MAX,
+    };
+    let mut h = BackendHealth::default();
+    h.restore(None, top);
+    assert_eq!(
+        h.connect_failed(t0, t0 + S, &p),
+        q(QuarantineReason::ConnectFailures, 35 * S),
+        "the longest window"
+    );
+    assert_eq!(h.strikes, u32::MAX);
+    assert_eq!(h.connect_failures, u32::MAX);
+    let mut h = BackendHealth::default();
+    h.restore(None, top);
+    assert_eq!(
+        h.probe(ProbeOutcome::Unhealthy, t0, &p),
+        q(QuarantineReason::Unhealthy, 35 * S)
+    );
+    let mut h = BackendHealth::default();
+    h.restore(None, top);
+    h.probe(ProbeOutcome::Healthy, t0, &p);
+    assert!(h.is_usable());
+}
