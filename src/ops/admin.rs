@@ -195,6 +195,7 @@ async fn connection(
     let Ok(local) = stream.local_addr() else {
         return; // gone already
     };
+    let control = ctx.control.clone();
     let service = service_fn(move |req| {
         let ctx = ctx.clone();
         async move { Ok::<_, Infallible>(routes::respond(req, peer, local, &ctx).await) }
@@ -209,9 +210,16 @@ async fn connection(
     let result = match done {
         Some(r) => r,
         None => {
-            // Finish the request in flight (if any), then close.
+            // Finish the request in flight (if any), then close. An
+            // upgrade running may be this connection's request: it gets
+            // the upgrade's budget.
             conn.as_mut().graceful_shutdown();
-            match tokio::time::timeout(REQUEST_TIMEOUT + CLOSE_GRACE, conn).await {
+            let budget = if control.upgrading() {
+                UPGRADE_REQUEST_TIMEOUT
+            } else {
+                REQUEST_TIMEOUT
+            };
+            match tokio::time::timeout(budget + CLOSE_GRACE, conn).await {
                 Ok(r) => r,
                 Err(_) => {
                     debug!(client = %peer, "admin_connection_timeout");

@@ -85,8 +85,34 @@ pub enum ReloadError {
     ShuttingDown,
 }
 
-/// An upgrade request: the answer says how it went.
-pub type UpgradeRequest = oneshot::Sender<Result<Upgraded, UpgradeError>>;
+/// An upgrade request: the answer says how it went. While one is queued
+/// or running, its [`Running`] mark refuses others; the server drops it
+/// with the request once the upgrade is over, whether or not the
+/// requester stayed for the answer.
+#[derive(Debug)]
+pub struct UpgradeRequest {
+    /// Where the outcome goes.
+    pub reply: oneshot::Sender<Result<Upgraded, UpgradeError>>,
+    /// Set while this request lives.
+    pub running: Running,
+}
+
+/// Marks an upgrade queued or running; cleared when dropped.
+#[derive(Debug)]
+pub struct Running(Arc<AtomicBool>);
+
+impl Running {
+    /// The mark, unless `flag` is set already (another upgrade runs).
+    fn take(flag: &Arc<AtomicBool>) -> Option<Running> {
+        (!flag.swap(true, Ordering::AcqRel)).then(|| Running(flag.clone()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
 
 /// A live upgrade that completed: the answer of `POST /upgrade`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,27 +291,26 @@ impl Control {
         rx.await.map_err(|_| ReloadError::ShuttingDown)?
     }
 
+    /// True while an upgrade is queued or running.
+    pub fn upgrading(&self) -> bool {
+        self.upgrading.load(Ordering::Acquire)
+    }
+
     /// Hand everything to a new process of the binary this one was started
     /// from; waits for the outcome. A second request while one runs is
-    /// refused at once.
+    /// refused at once. A requester that stops waiting (a client gone, a
+    /// timeout) leaves the upgrade to finish; the next may start after it.
     ///
     /// # Errors
     /// Why the upgrade failed; this process then serves on as before.
     pub async fn upgrade(&self) -> Result<Upgraded, UpgradeError> {
-        if self.upgrading.swap(true, Ordering::AcqRel) {
-            return Err(UpgradeError::Busy);
-        }
-        let result = async {
-            let (tx, rx) = oneshot::channel();
-            self.upgrade
-                .send(tx)
-                .await
-                .map_err(|_| UpgradeError::ShuttingDown)?;
-            rx.await.map_err(|_| UpgradeError::ShuttingDown)?
-        }
-        .await;
-        self.upgrading.store(false, Ordering::Release);
-        result
+        let running = Running::take(&self.upgrading).ok_or(UpgradeError::Busy)?;
+        let (reply, rx) = oneshot::channel();
+        self.upgrade
+            .send(UpgradeRequest { reply, running })
+            .await
+            .map_err(|_| UpgradeError::ShuttingDown)?;
+        rx.await.map_err(|_| UpgradeError::ShuttingDown)?
     }
 }
 
@@ -314,5 +339,43 @@ mod tests {
             ReloadError::NoConfigFile.to_string(),
             "no config file to reload"
         );
+    }
+
+    /// A requester that stops waiting (its client gone, a timeout) leaves
+    /// the upgrade running: others are refused until it is over, and the
+    /// next may start after it, not never.
+    #[tokio::test]
+    async fn an_upgrade_whose_requester_left_still_ends_the_refusals() {
+        let (reload, _reloads) = mpsc::channel(1);
+        let (upgrade, mut upgrades) = mpsc::channel(1);
+        let control = Control::new(Vec::new(), reload, upgrade, 0);
+        let first = control.clone();
+        let left = tokio::spawn(async move { first.upgrade().await });
+        // The server took it up; its requester goes away meanwhile.
+        let running: UpgradeRequest = upgrades.recv().await.expect("a request");
+        left.abort();
+        assert!(left.await.unwrap_err().is_cancelled());
+        assert!(matches!(control.upgrade().await, Err(UpgradeError::Busy)));
+        assert!(control.upgrading());
+        // It ends (failed, say): the answer has nobody to go to.
+        let failed = Err(UpgradeError::Refused("no new process".to_owned()));
+        let UpgradeRequest { reply, running } = running;
+        assert!(reply.send(failed).is_err());
+        assert!(control.upgrading(), "until the server lets it go");
+        drop(running);
+        assert!(!control.upgrading());
+        let next = control.clone();
+        let asked = tokio::spawn(async move { next.upgrade().await });
+        let request = upgrades
+            .recv()
+            .await
+            .expect("the next one reaches the server");
+        let done = Upgraded {
+            pid: 7,
+            generation: 1,
+            connections: 0,
+        };
+        request.reply.send(Ok(done)).unwrap();
+        assert_eq!(asked.await.unwrap().unwrap(), done);
     }
 }

@@ -286,11 +286,12 @@ impl Server {
                     // The requester may have gone away; the outcome is logged either way.
                     let _ = reply.send(result);
                 }
-                Some(reply) = self.upgrades.recv() => {
+                Some(request) = self.upgrades.recv() => {
                     let result = self.upgrade().await;
                     let next = result.as_ref().ok().map(|done| done.pid);
-                    // The outcome is logged either way.
-                    let _ = reply.send(result);
+                    // The outcome is logged either way; the next upgrade
+                    // may start once `request` (its mark) is dropped here.
+                    let _ = request.reply.send(result);
                     if next.is_some() {
                         break next;
                     }

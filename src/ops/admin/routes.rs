@@ -18,7 +18,7 @@ use super::conns;
 use super::host;
 use super::origin;
 use super::page::Page;
-use super::request::{AdminRequest, parse_request};
+use super::request::{AdminRequest, RouteError, parse_request};
 use super::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 use crate::ops::control::{Control, Reloaded};
 use crate::ops::metrics;
@@ -105,13 +105,13 @@ pub async fn respond(
         log(peer, &method, &path, &refused);
         return refused;
     }
+    let request = parse_request(req.method(), req.uri());
     // An upgrade waits for the new process, within its own timeouts.
-    let budget = if path == "/upgrade" {
-        UPGRADE_REQUEST_TIMEOUT
-    } else {
-        REQUEST_TIMEOUT
+    let budget = match request {
+        Ok(AdminRequest::Upgrade) => UPGRADE_REQUEST_TIMEOUT,
+        _ => REQUEST_TIMEOUT,
     };
-    let answer = match tokio::time::timeout(budget, route(req, ctx)).await {
+    let answer = match tokio::time::timeout(budget, route(req, request, ctx)).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(fail)) => error(fail),
         Err(_) => error(Fail::new(
@@ -203,7 +203,11 @@ fn healthz() -> Answer {
     )
 }
 
-async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
+async fn route(
+    req: Request<Incoming>,
+    request: Result<AdminRequest, RouteError>,
+    ctx: &Ctx,
+) -> Result<Answer, Fail> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -212,7 +216,7 @@ async fn route(req: Request<Incoming>, ctx: &Ctx) -> Result<Answer, Fail> {
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let request = match parse_request(req.method(), req.uri()) {
+    let request = match request {
         Ok(request) => request,
         Err(refusal) => {
             let mut answer = error(Fail(refusal.status, refusal.message));
