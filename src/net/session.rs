@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::net::closed_log::{self, Closed};
 use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue};
@@ -121,14 +121,14 @@ pub async fn serve_moved(
 /// Go on with a connection handed over by a live upgrade (in this process or
 /// the one before it), where its splice stood. It is registered on its
 /// backend at once (so drains and `/status` see it before it runs); the
-/// future splices it on. `None`, after its `closed` event, when its
-/// backend is gone from the pool: it is closed, as a reload closes it.
+/// future splices it on. One whose backend is gone from the pool splices
+/// on until the drain of that backend closes it, as after a reload.
 pub fn resume(
     pool: Arc<Pool>,
     handed: HandedConn,
     slot: OwnedSemaphorePermit,
     handovers: HandoverQueue,
-) -> Option<impl Future<Output = ()> + Send + 'static> {
+) -> impl Future<Output = ()> + Send + 'static {
     let HandedConn {
         meta,
         client,
@@ -157,17 +157,8 @@ pub fn resume(
         ..ConnEntry::new(peer, closer.clone()).via(via)
     };
     let admission = (pool.upgrade().admit(peer.ip()), slot);
-    let Some((lease, target)) = pool.upgrade().take_conn(conn, entry, &name, &addr) else {
-        pool.legs().count_closed(None, CloseReason::BackendRemoved);
-        info!(
-            pool = %pool.name, backend = %name, conn, client = %peer,
-            bytes_up = state.up.moved, bytes_down = state.down.moved,
-            duration_ms = started.elapsed().as_millis() as u64,
-            reason = CloseReason::BackendRemoved.as_str(), "closed"
-        );
-        return None;
-    };
-    Some(async move {
+    let (lease, target) = pool.upgrade().take_conn(conn, entry, &name, &addr);
+    async move {
         // Registered with this worker's own event loop.
         let (client, backend) = match (
             TcpStream::from_std(client),
@@ -208,7 +199,7 @@ pub fn resume(
             &handovers,
             (lease, admission),
         );
-    })
+    }
 }
 
 /// What the end of a splice needs to know about its connection.

@@ -32,7 +32,7 @@ use crate::pool::snapshot::ConnState;
 enum Cause {
     /// Taken out: its state then.
     Out(State),
-    /// Gone from the config after a reload.
+    /// Gone from the config (a reload, a lookup, a live upgrade's).
     Removed,
 }
 
@@ -131,11 +131,25 @@ impl Pool {
 }
 
 impl<'a> Drains<'a> {
-    /// Run the drain check now: after a live upgrade adopted connections
-    /// onto backends that are out, they drain here as they did before.
+    /// Run the drain check now, once a live upgrade has adopted every
+    /// connection: those on backends that are out drain here as they did
+    /// before, and those kept for backends this config no longer has
+    /// ([`Upgrade::take_conn`](crate::pool::handed::Upgrade::take_conn))
+    /// are drained as a reload drains a removed backend's, all of them in
+    /// one spread.
     pub fn recheck(&self) {
         let config = self.pool.config();
+        let now = Instant::now();
         let mut m = self.pool.backends();
+        // No drain yet, yet connections to close: only taken over ones.
+        let (taken, draining) = std::mem::take(&mut m.leaving)
+            .into_iter()
+            .partition(|b| b.drain().is_none() && movable(b) > 0);
+        m.leaving = draining;
+        for gone in taken {
+            let spread = config.health.drain_spread;
+            self.pool.remove_backend(&mut m, gone, now, spread);
+        }
         self.pool.drain(&mut m, &config);
     }
 
@@ -300,7 +314,7 @@ impl Pool {
         );
     }
 
-    /// A reload took `b` out of the config: drain all its connections, the
+    /// `b` is gone from the config: drain all its connections, the
     /// last-leg rule kept, spread over `spread`. A drain it had for being
     /// out gives way to this one.
     pub(in crate::pool) fn drain_removed(&self, b: &mut Backend, now: Instant, spread: Duration) {

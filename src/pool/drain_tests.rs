@@ -1,7 +1,8 @@
 //! Spread drains of a pool under paused time: the closes come at the
 //! instants the schedule names, oldest first; the last-leg rule holds at
 //! each one; a backend back in service keeps the rest; `down` and `0s`
-//! drain at once; a removed backend is drained and leaves nothing behind.
+//! drain at once; a removed backend is drained and leaves nothing behind,
+//! and so are the connections a live upgrade hands over for one.
 //!
 //! The test plays the drain task: it calls [`Drains::step`](crate::pool::drain::Drains::step) and
 //! advances the paused clock to the deadline it returns.
@@ -92,6 +93,20 @@ impl Bench {
             lease: Some(lease),
         });
         id
+    }
+
+    /// Connection `id`, handed over by a live upgrade for backend `name`.
+    fn take_over(&mut self, id: ConnId, name: &str) {
+        let closer = Arc::new(Closer::handed(0, 0, Duration::ZERO));
+        let entry = ConnEntry::new("127.0.0.1:5".parse().unwrap(), closer.clone());
+        let addr = format!("{name}.invalid:9");
+        let (lease, target) = self.pool.upgrade().take_conn(id, entry, name, &addr);
+        self.conns.push(Conn {
+            id,
+            backend: target.id,
+            closer,
+            lease: Some(lease),
+        });
     }
 
     fn id(&self, name: &str) -> BackendId {
@@ -372,6 +387,32 @@ async fn a_backend_removed_by_a_reload_is_drained_and_leaves_nothing_behind() {
     }
     assert!(bench.pool.backends().leaving.is_empty());
     assert_eq!(bench.pool.drains().step(Instant::now()), None);
+}
+
+/// A live upgrade's new process whose config has no `a`: the connections
+/// handed over for `a` join one leaving backend, kept until all have come
+/// over, then drained as a reload drains them.
+#[tokio::test(start_paused = true)]
+async fn connections_taken_over_for_a_removed_backend_drain_as_on_a_reload() {
+    let mut bench = Bench::new("5s", &["b"], 0);
+    // Handed over idlest first, not oldest first.
+    (1..=50).rev().for_each(|id| bench.take_over(id, "a"));
+    (51..=60).for_each(|id| bench.take_over(id, "b"));
+    bench.conns.sort_by_key(|c| c.id);
+    let a = bench.conns[0].backend;
+    assert_eq!(bench.ids_on(a), (1..=50).collect::<Vec<_>>());
+    assert_eq!(bench.pool.backends().leaving.len(), 1);
+    bench.pool.drains().step(Instant::now());
+    bench.look();
+    assert!(bench.closes.is_empty(), "closed before all came over");
+
+    bench.pool.drains().recheck();
+    held_by_b_then_resumed(&mut bench, a).await;
+    for c in bench.conns.iter_mut().filter(|c| c.backend == a) {
+        assert_eq!(c.closer.reason(), CloseReason::BackendRemoved);
+        c.lease = None;
+    }
+    assert!(bench.pool.backends().leaving.is_empty());
 }
 
 /// A removed backend put back by the next reload, while still drained,

@@ -12,10 +12,13 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::BackendConfig;
 use crate::pool::admission::Admission;
+use crate::pool::backend::Backend;
 use crate::pool::close::{CloseReason, Closer, Tick};
 use crate::pool::discovered::HandedSource;
 use crate::pool::health::{ProbeOutcome, QuarantineReason};
+use crate::pool::members::Members;
 use crate::pool::registry::{ConnEntry, ConnId, Lease, Pool, Target};
 use crate::pool::saved::SavedBackend;
 use crate::pool::snapshot::Counters;
@@ -212,7 +215,7 @@ impl Upgrade<'_> {
         self.pool.handing_over.store(true, Ordering::Relaxed);
         let now = Tick::now();
         // Leaving backends' too: the new process, which has no such
-        // backend, closes them as a reload does.
+        // backend, drains them as a reload does.
         let mut movable: Vec<Movable> = m
             .active
             .iter()
@@ -236,22 +239,38 @@ impl Upgrade<'_> {
 
     /// Register connection `conn`, carried over from another process, on
     /// the backend named `name` at `addr` (a backend whose address changed
-    /// is another node), already spliced. `None` when the pool has no such
-    /// backend any more.
+    /// is another node), already spliced. A backend the pool no longer has
+    /// is kept as a leaving one, one for all its connections, which are
+    /// drained as a reload drains them once every connection has come
+    /// over ([`Drains::recheck`](crate::pool::drain::Drains::recheck)).
     pub fn take_conn(
         &self,
         conn: ConnId,
         entry: ConnEntry,
         name: &str,
         addr: &str,
-    ) -> Option<(Lease, Target)> {
-        let mut backends = self.pool.backends();
-        let b = backends
-            .active
-            .iter_mut()
-            .find(|b| b.config().name == name && b.config().addr == addr)?;
+    ) -> (Lease, Target) {
+        let mut m = self.pool.backends();
         entry.closer.set_spliced();
-        Some(self.pool.register(b, conn, entry))
+        let is = |b: &&mut Backend| b.config().name == name && b.config().addr == addr;
+        let Members {
+            active, leaving, ..
+        } = &mut *m;
+        if let Some(b) = active.iter_mut().chain(leaving.iter_mut()).find(is) {
+            return self.pool.register(b, conn, entry);
+        }
+        let ids = active.iter().chain(leaving.iter()).map(|b| b.id() + 1);
+        let gone = BackendConfig {
+            name: name.to_owned(),
+            addr: addr.to_owned(),
+            backup: false,
+            probe_url: None,
+            discovered_from: None,
+        };
+        let mut gone = Backend::new(ids.max().unwrap_or(0), gone);
+        let taken = self.pool.register(&mut gone, conn, entry);
+        leaving.push(gone);
+        taken
     }
 
     /// Admit a client handed over by another process: it was admitted
@@ -331,6 +350,30 @@ mod tests {
         assert!(!movable.iter().any(Movable::is_done));
         drop(held);
         assert!(movable.iter().all(Movable::is_done));
+    }
+
+    /// A backend whose address changed is another node: the connections
+    /// handed over for the old one go to one leaving backend of their
+    /// own, never to the configured one of that name.
+    #[test]
+    fn connections_of_a_backend_at_another_address_are_not_taken_by_it() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        let take = |conn, addr| {
+            let entry = ConnEntry::new("10.0.0.1:1".parse().unwrap(), Arc::new(Closer::new()));
+            pool.upgrade().take_conn(conn, entry, "a", addr)
+        };
+        let (_kept, here) = take(1, "127.0.0.1:9");
+        let (_gone, old) = take(2, "127.0.0.1:8");
+        let (_gone_too, old_too) = take(3, "127.0.0.1:8");
+        assert_ne!(old.id, here.id);
+        assert_eq!(old_too.id, old.id);
+        let m = pool.backends();
+        assert_eq!(m.active[0].conns().keys().collect::<Vec<_>>(), [&1]);
+        assert_eq!(m.leaving.len(), 1);
+        assert_eq!(m.leaving[0].conns().keys().collect::<Vec<_>>(), [&2, &3]);
     }
 
     /// The next wave stops only once every connection of the last is done

@@ -18,8 +18,9 @@ use crate::pool::saved::SavedBackend;
 pub(in crate::pool) struct Members {
     /// Configured, in config order.
     pub(in crate::pool) active: Vec<Backend>,
-    /// Removed by a reload or by discovery, their connections not all
-    /// gone yet: out of selection, probes and snapshots.
+    /// Removed by a reload or by discovery (or left out of the config a
+    /// live upgrade started with), their connections not all gone yet:
+    /// out of selection, probes and snapshots.
     pub(in crate::pool) leaving: Vec<Backend>,
     /// What each discover entry has found, in config order.
     pub(in crate::pool) sources: Vec<Source>,

@@ -11,8 +11,9 @@
 //! from outside (drain, rebalance: "the busiest backend's newest connection";
 //! connection ids grow, so the newest is the largest).
 //!
-//! A backend removed by a reload leaves selection, probes and snapshots at
-//! once but stays in the pool's `leaving` list while its connections are
+//! A backend removed by a reload (or gone from the config a live upgrade's
+//! process started with) leaves selection, probes and snapshots at once
+//! but stays in the pool's `leaving` list while its connections are
 //! drained (see [`drain`](crate::pool::drain)); their leases unregister
 //! there.
 
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -337,18 +338,32 @@ impl Pool {
         let removed = old.len();
         let mut old: Vec<Backend> = old.into_values().collect();
         old.sort_by_key(|b| b.id());
-        for mut gone in old {
-            tracing::info!(pool = %self.name, backend = %gone.config().name, connections = gone.conns().len(), "backend_removed");
-            if !gone.conns().is_empty() {
-                self.drain_removed(&mut gone, now, config.health.drain_spread);
-                m.leaving.push(gone);
-            }
+        for gone in old {
+            self.remove_backend(m, gone, now, config.health.drain_spread);
         }
         self.note_servable(m, config);
         self.settle(m, config, now);
         // Backends may have come or gone: the saved set changes with them.
         self.changes.bump();
         (added, removed)
+    }
+
+    /// `gone` is no longer wanted (a reload, a lookup, or the config a live
+    /// upgrade's process started with left it out): out of selection, its
+    /// connections drained over `spread`, the last leg kept, in `leaving`
+    /// until they are all gone.
+    pub(in crate::pool) fn remove_backend(
+        &self,
+        m: &mut Members,
+        mut gone: Backend,
+        now: Instant,
+        spread: Duration,
+    ) {
+        tracing::info!(pool = %self.name, backend = %gone.config().name, connections = gone.conns().len(), "backend_removed");
+        if !gone.conns().is_empty() {
+            self.drain_removed(&mut gone, now, spread);
+            m.leaving.push(gone);
+        }
     }
 
     /// Put connection `conn` on backend `b`: its lease and target. A

@@ -188,9 +188,7 @@ impl Server {
                 }
             };
             let handovers = self.shared.handovers.clone();
-            let Some(task) = session::resume(run.pool.clone(), f, slot, handovers) else {
-                continue;
-            };
+            let task = session::resume(run.pool.clone(), f, slot, handovers);
             let worker = self.workers.handle(resumed);
             worker.spawn(self.shared.tracker.track_future(task));
             resumed += 1;
