@@ -36,6 +36,7 @@ fn fake(claim: u64, tip: Header, headers: Vec<Header>) -> Fake {
         headers,
         answers_headers: true,
         array: true,
+        headers_error: false,
     }
 }
 

@@ -243,7 +243,9 @@ where
 /// `count` headers from `start` (fewer when the server has fewer), as
 /// `blockchain.block.headers` answers them: one hex string (protocol 1.4)
 /// or one per header (1.6). What went wrong as the proof's outcome: no
-/// answer says nothing about the claim, a wrong one does.
+/// answer, an error reply or garbage says nothing about the claim (the
+/// contract's "an error reply or garbage is `unknown`"); headers that are
+/// there but wrong do.
 async fn fetch<S>(session: &mut Session<S>, start: u64, count: u64) -> Result<Vec<Header>, Proof>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -252,11 +254,10 @@ where
         .call("blockchain.block.headers", json!([start, count]))
         .await
         .map_err(|failure| match failure {
-            Failure::Closed(detail) => Proof::Unproven(detail),
-            Failure::Garbled(detail) => Proof::Contradicted(detail),
+            Failure::Closed(detail) | Failure::Garbled(detail) => Proof::Unproven(detail),
         })?;
     let headers = parse(&answer).ok_or_else(|| {
-        Proof::Contradicted(format!(
+        Proof::Unproven(format!(
             "blockchain.block.headers from {start} answered no headers we can read"
         ))
     })?;

@@ -52,6 +52,9 @@ pub(in crate::probe) struct Fake {
     pub(in crate::probe) answers_headers: bool,
     /// Protocol 1.6 answers one string per header.
     pub(in crate::probe) array: bool,
+    /// `blockchain.block.headers` gets a JSON-RPC error (a server's
+    /// resource limit, say).
+    pub(in crate::probe) headers_error: bool,
 }
 
 impl Fake {
@@ -63,6 +66,7 @@ impl Fake {
             headers,
             answers_headers: true,
             array: true,
+            headers_error: false,
         }
     }
 
@@ -73,6 +77,10 @@ impl Fake {
             "server.features" => json!({"protocol_max": "1.6"}),
             "blockchain.headers.subscribe" => {
                 json!({"height": self.height, "hex": hex(&self.tip)})
+            }
+            "blockchain.block.headers" if self.headers_error => {
+                let error = json!({"code": -101, "message": "excessive resource usage"});
+                return Some(json!({"jsonrpc": "2.0", "id": request["id"], "error": error}));
             }
             "blockchain.block.headers" if self.answers_headers => {
                 let start = params[0].as_u64()? as usize;
@@ -239,6 +247,20 @@ async fn headers_that_do_not_link_or_end_elsewhere_are_contradicted() {
              health.network may not be the server's chain"
                 .into()
         )
+    );
+}
+
+/// An error reply or a garbled one says nothing about the claim: unknown,
+/// as the contract has it for Electrum answers, not a contradiction.
+#[tokio::test]
+async fn an_error_reply_to_the_headers_leaves_the_claim_unproven() {
+    let limited = Fake {
+        headers_error: true,
+        ..Fake::honest(120)
+    };
+    assert_eq!(
+        proof_of(limited).await,
+        Proof::Unproven("blockchain.block.headers answered error: excessive resource usage".into())
     );
 }
 
