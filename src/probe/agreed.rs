@@ -138,6 +138,8 @@ impl Agreement {
                 height,
                 hash: h.hash(),
                 bits: h.bits(),
+                // A lone header: the work of the chain below is not known.
+                work: 0,
             });
         let mut state = self.lock();
         if !state.members.contains_key(server) {

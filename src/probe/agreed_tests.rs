@@ -91,6 +91,7 @@ fn tip_of(h: &Header, height: u64) -> Tip {
         height,
         hash: h.hash(),
         bits: h.bits(),
+        work: 0,
     }
 }
 

@@ -144,6 +144,7 @@ mod tests {
                     height: h,
                     hash,
                     bits: 0x207f_ffff,
+                    work: 2 * u128::from(h + 1),
                 }
             })
             .collect()

@@ -16,6 +16,7 @@ pub mod pow;
 pub mod prober;
 pub mod tls;
 pub mod wire;
+pub mod work;
 
 /// Why a probe failed after its connect: what the node or server did.
 #[derive(Debug)]

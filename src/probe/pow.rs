@@ -4,12 +4,14 @@
 //! Pure: no I/O, no clock. A header passes when its proof-of-work hash
 //! (double SHA-256 for Bitcoin, scrypt(1024, 1, 1) for Litecoin) is at or
 //! below the target its `bits` encode, that target is within the network's
-//! limit, and `bits` only changes where the network allows it to.
+//! limit, and `bits` only changes where the network allows it to. Its
+//! [`Tip`] carries the work of its chain (see [`super::work`]).
 
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use super::work::block_work;
 use crate::config::Network;
 
 /// A block hash in wire (internal, little-endian) byte order.
@@ -249,15 +251,19 @@ pub struct Tip {
     pub hash: Hash,
     /// Its compact target.
     pub bits: u32,
+    /// The work of its chain, genesis included (see [`block_work`]); what
+    /// chains are weighed by.
+    pub work: u128,
 }
 
 impl ChainParams {
-    /// The genesis block as a starting point.
+    /// The genesis block as a starting point, with its own work.
     pub fn genesis_tip(&self) -> Tip {
         Tip {
             height: 0,
             hash: self.genesis,
             bits: self.genesis_bits,
+            work: block_work(self.genesis_bits),
         }
     }
 
@@ -287,11 +293,12 @@ impl ChainParams {
                 to: bits,
             });
         }
-        self.work(height, header, &goal)?;
+        self.has_work(height, header, &goal)?;
         Ok(Tip {
             height,
             hash: header.hash(),
             bits,
+            work: prev.work.saturating_add(block_work(bits)),
         })
     }
 
@@ -304,7 +311,7 @@ impl ChainParams {
     /// [`PowError::BadTarget`] or [`PowError::NoWork`].
     pub fn check_alone(&self, height: u64, header: &Header) -> Result<(), PowError> {
         let goal = self.goal(height, header.bits())?;
-        self.work(height, header, &goal)
+        self.has_work(height, header, &goal)
     }
 
     /// The target `bits` encode, if valid, non-zero and within the limit.
@@ -316,7 +323,7 @@ impl ChainParams {
     }
 
     /// `header`'s proof-of-work hash is at or below `goal`.
-    fn work(&self, height: u64, header: &Header, goal: &[u8; 32]) -> Result<(), PowError> {
+    fn has_work(&self, height: u64, header: &Header, goal: &[u8; 32]) -> Result<(), PowError> {
         let mut work = header.pow_hash(self.pow);
         work.reverse(); // to big-endian, as the target is
         if work > *goal {

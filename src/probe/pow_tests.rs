@@ -42,6 +42,7 @@ fn before_genesis(bits: u32) -> Tip {
         height: 0,
         hash: [0u8; 32],
         bits,
+        work: 0,
     }
 }
 
@@ -94,6 +95,10 @@ fn litecoins_first_block_follows_its_genesis() {
         (tip.height, tip.hash, tip.bits),
         (1, one.hash(), 0x1e0f_fff0)
     );
+    // Its chain's work: genesis's and its own, as Litecoin Core's
+    // chainwork at block 1 (0x200020).
+    assert_eq!(ltc.genesis_tip().work, 0x10_0010);
+    assert_eq!(tip.work, 0x20_0020);
     // Bits other than the genesis block's are out of turn before the
     // first retarget, the limit's too.
     let limit = Tip {
@@ -189,6 +194,7 @@ fn headers_must_link() {
         height: 7,
         hash: [1u8; 32],
         bits: 0x1e0f_fff0,
+        work: 0,
     };
     assert_eq!(
         ltc.check(&other, &litecoin_genesis()),
@@ -234,6 +240,7 @@ fn bits_change_only_in_turn() {
         height,
         hash: [0u8; 32],
         bits: 0x1c00_ffff,
+        work: 0,
     };
     let with_bits = |bits: u32| {
         let mut h = header(1, ZERO, ZERO, 0, bits, 0);
@@ -277,6 +284,7 @@ fn bits_change_only_in_turn() {
         height: 2015,
         hash: [0u8; 32],
         bits: 0x207f_ffff,
+        work: 0,
     };
     assert!(matches!(
         regtest.check(&tip, &with_bits(0x207f_fffe)),
