@@ -3,15 +3,17 @@
 //! or the block its Electrum servers agree on: see [`super::agreed`]) fetch
 //! the headers up to the claimed tip with `blockchain.block.headers`; each
 //! must link to the one before and carry its proof of work, and the last
-//! must be the tip the server announced.
+//! must be the tip the server announced. Above the best chain known, the
+//! server's chain must carry at least its work ([`Chain::weigh`]).
 //!
 //! What a proof from the record checks is learned by the [`Chain`] (shared
 //! with the P2P proofs of the same network), so the next proof starts where
-//! it ended; one from the agreed block is not (that block is assumed, not
-//! proven). A server whose headers contradict its claim (none, too few, not
-//! linked, without the work, another chain's genesis) is told apart from a
-//! proof cut short by the timeout or by the per-probe bound, which goes on
-//! at the next probe.
+//! it ended, on the best chain or a side branch; one from the agreed block
+//! is not (that block is assumed, not proven). A server whose headers
+//! contradict its claim (none, too few, not linked, without the work, less
+//! work in all than the best chain known, another chain's genesis) is told
+//! apart from a proof cut short by the timeout or by the per-probe bound,
+//! which goes on at the next probe.
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -19,7 +21,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::Failure;
-use super::chain::Chain;
+use super::chain::{Chain, MAX_BRANCHES};
 use super::electrum::{Announced, MAX_LINE, Session, header};
 use super::headers::check;
 use super::pow::{HEADER_LEN, Header, Tip as Known};
@@ -34,9 +36,11 @@ pub const MAX_CALLS: usize = 40;
 /// Few in unit tests, so the bound is reached with few headers to mine.
 #[cfg(test)]
 pub const MAX_CALLS: usize = 4;
-/// Most bytes a proof reads, on top of the probe's own.
-pub const MAX_READ: usize = MAX_CALLS * MAX_LINE;
-/// Known blocks tried as the anchor before giving up on a server.
+/// Most bytes a proof reads, on top of the probe's own: its calls, and a
+/// try of each side branch as the anchor.
+pub const MAX_READ: usize = (MAX_CALLS + MAX_BRANCHES) * MAX_LINE;
+/// Known blocks of the best chain tried as the anchor before giving up on
+/// a server (after one of each side branch).
 const MAX_ANCHORS: usize = 6;
 
 /// Prove `tip`'s height on `session` from what `chain` knows, before
@@ -95,15 +99,19 @@ async fn speak<S>(
     agreement.heard(chain.params(), server, height, headers.first());
 }
 
-/// The known blocks to try as the anchor, newest first: the first two of
-/// `chain`'s locator below `claim`, then at doubling distances, genesis
-/// last.
+/// The known blocks to try as the anchor, each a call: the best chain's
+/// newest below `claim` (where most servers are), the newest below `claim`
+/// of each side branch (a server on one continues it), then the best
+/// chain's locator further back at doubling distances, genesis last.
 fn anchors(chain: &Chain, claim: u64) -> Vec<Known> {
-    let locator = chain.locator(claim);
-    let mut out: Vec<Known> = (0..MAX_ANCHORS - 1)
-        .map(|k| (1usize << k) - 1)
-        .filter_map(|i| locator.get(i).copied())
-        .collect();
+    let locator = chain.best_locator(claim);
+    let mut out: Vec<Known> = locator.first().copied().into_iter().collect();
+    out.extend(chain.branch_tips(claim));
+    out.extend(
+        (1..MAX_ANCHORS - 1)
+            .map(|k| (1usize << k) - 1)
+            .filter_map(|i| locator.get(i).copied()),
+    );
     if let Some(genesis) = locator.last()
         && out.last() != Some(genesis)
     {
@@ -212,6 +220,12 @@ where
                 return Proof::Contradicted(format!(
                     "its header at height {claim} is not the tip it announced"
                 ));
+            }
+            // Above the best known tip, a chain counts with the work. One
+            // from the agreed block cannot be weighed (the work below that
+            // block is not known): the agreement vouches for it instead.
+            if learned && let Err(detail) = chain.weigh(&reached) {
+                return Proof::Contradicted(detail);
             }
             return Proof::Proven;
         }

@@ -10,8 +10,8 @@ use crate::config::Network;
 use crate::pool::report::{Report, Verdict};
 use crate::probe::chain::Proving;
 use crate::probe::electrum::probe;
-use crate::probe::pow::params;
-use crate::sim::simchain::SimChain;
+use crate::probe::pow::{ChainParams, Retarget, params};
+use crate::sim::simchain::{SimChain, mine};
 
 pub(in crate::probe) const WAIT: Duration = Duration::from_secs(5);
 
@@ -299,6 +299,108 @@ async fn a_long_proof_goes_on_at_the_next_probe() {
     assert_eq!(report.proof, Proof::Proven, "{report:?}");
 }
 
+/// Litecoin regtest where a block may carry any target up to the limit, so
+/// chains of unlike work can be mined.
+fn any_target() -> &'static ChainParams {
+    Box::leak(Box::new(ChainParams {
+        retarget: Retarget::MinDifficulty,
+        ..*params(Network::LitecoinRegtest).unwrap()
+    }))
+}
+
+/// A server of `to` blocks after genesis, each with target `bits`.
+fn mined(p: &ChainParams, bits: u32, to: u64) -> Fake {
+    let mut headers = vec![header(GENESIS).unwrap()];
+    let mut prev = p.genesis_tip();
+    for _ in 0..to {
+        let (header, tip) = mine(p, &prev, bits);
+        headers.push(header);
+        prev = tip;
+    }
+    Fake {
+        height: to,
+        tip: headers[to as usize].clone(),
+        headers,
+        answers_headers: true,
+        array: true,
+    }
+}
+
+async fn prove_on(p: &'static ChainParams, fake: Fake, chain: &Chain) -> Proof {
+    let (addr, _) = serve(fake).await;
+    let wanted = |_: u64| true;
+    let proving = Proving {
+        chain,
+        wanted: &wanted,
+    };
+    let report = probe(&addr, None, Some(p), Some(proving), Duration::from_secs(30)).await;
+    assert_eq!(report.verdict, Verdict::Healthy, "{report:?}");
+    report.proof
+}
+
+#[tokio::test]
+async fn a_longer_chain_with_less_work_gives_way_and_is_contradicted() {
+    let p = any_target();
+    let chain = Chain::new(p);
+    // 100 blocks at the limit (work 2 each) against 30 at an eighth of
+    // it (work 8 each).
+    let cheap = mined(p, 0x207f_ffff, 100);
+    let hard = mined(p, 0x201f_ffff, 30);
+    assert_eq!(prove_on(p, cheap.clone(), &chain).await, Proof::Proven);
+    assert_eq!(chain.tip().height, 100);
+    // Lower and heavier: proven, and now the best chain.
+    assert_eq!(prove_on(p, hard.clone(), &chain).await, Proof::Proven);
+    assert_eq!(chain.tip().hash, hard.tip.hash());
+    // Higher and lighter: contradicted.
+    let proof = prove_on(p, cheap, &chain).await;
+    assert!(
+        matches!(&proof, Proof::Contradicted(d) if d.starts_with("not enough work")),
+        "{proof:?}"
+    );
+    assert_eq!(chain.tip().hash, hard.tip.hash());
+}
+
+#[tokio::test]
+async fn an_honest_server_continues_its_side_branch_past_a_cheaper_best_chain() {
+    let p = any_target();
+    let chain = Chain::new(p);
+    // A cheap chain of 2850 blocks (work 5702) is the best known; the
+    // honest one (work 4 a block) passes it at 1426 blocks, beyond the
+    // 1399 one probe reaches.
+    let cheap = mined(p, 0x207f_ffff, 2850);
+    let mut prev = p.genesis_tip();
+    let tips: Vec<Known> = cheap.headers[1..]
+        .iter()
+        .map(|h| {
+            prev = p.check(&prev, h).unwrap();
+            prev
+        })
+        .collect();
+    chain.learn(p.genesis_tip(), &tips);
+    let honest = mined(p, 0x203f_ffff, 1450);
+    let reached = PER_CALL * MAX_CALLS as u64 - 1;
+    assert_eq!(
+        prove_on(p, honest.clone(), &chain).await,
+        Proof::Unproven(format!(
+            "headers checked to height {reached} of 1450; the proof goes on at the next probe"
+        ))
+    );
+    assert_eq!(chain.tip().height, 2850);
+    assert_eq!(chain.branch_tips(u64::MAX)[0].height, reached);
+    // The next probe starts on the branch, and the honest chain takes over.
+    let (addr, mut asked) = serve(honest.clone()).await;
+    let wanted = |_: u64| true;
+    let proving = Proving {
+        chain: &chain,
+        wanted: &wanted,
+    };
+    let report = probe(&addr, None, Some(p), Some(proving), WAIT).await;
+    assert_eq!(report.proof, Proof::Proven, "{report:?}");
+    let calls: Vec<(u64, u64)> = std::iter::from_fn(|| asked.try_recv().ok()).collect();
+    assert_eq!(calls, [(1449, 2), (reached, 1450 - reached + 1)]);
+    assert_eq!(chain.tip().hash, honest.tip.hash());
+}
+
 #[test]
 fn answers_in_either_form() {
     let hs = honest(2);
@@ -337,7 +439,7 @@ fn anchors_are_the_newest_known_blocks_then_further_back_then_genesis() {
         .collect();
     c.learn(p.genesis_tip(), &run);
     // The locator's first, second, fourth, eighth, sixteenth; genesis.
-    let locator: Vec<u64> = c.locator(500).iter().map(|t| t.height).collect();
+    let locator: Vec<u64> = c.best_locator(500).iter().map(|t| t.height).collect();
     let want = [
         locator[0],
         locator[1],
@@ -348,4 +450,18 @@ fn anchors_are_the_newest_known_blocks_then_further_back_then_genesis() {
     ];
     assert_eq!(heights(&c, 500), want);
     assert_eq!(&heights(&c, 150)[..4], [149, 148, 146, 142]);
+    // A side branch (a fork at 100, lighter): its newest comes second.
+    let fork: Vec<Known> = run[100..150]
+        .iter()
+        .map(|t| Known {
+            hash: [7; 32],
+            ..*t
+        })
+        .collect();
+    c.learn(run[99], &fork);
+    assert_eq!(c.tip(), run[199]);
+    let mut want = want.to_vec();
+    want.insert(1, 150);
+    assert_eq!(heights(&c, 500), want);
+    assert_eq!(&heights(&c, 150)[..3], [149, 149, 148]);
 }

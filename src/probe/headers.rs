@@ -3,9 +3,11 @@
 //! link, and carry their proof of work (see [`super::pow`]).
 //!
 //! A node that has the chain it claims always can answer; a liar cannot
-//! forge the work. What a proof checks is learned by the shared [`Chain`],
-//! so the next proof (of this node or another) starts where it ended and
-//! costs one round trip in the steady state.
+//! forge the work, and a chain above the best one known must carry as much
+//! work in all as that one ([`Chain::weigh`]), however many headers it has.
+//! What a proof checks is learned by the shared [`Chain`], so the next
+//! proof (of this node or another) starts where it ended, on the best chain
+//! or a side branch, and costs one round trip in the steady state.
 
 use tokio::time::Instant;
 
@@ -101,6 +103,11 @@ impl<'a> ProofRun<'a> {
             }
             let height = self.run.last().map_or(reached, |t| t.height);
             if height >= self.claim {
+                // Above the best known tip, a chain counts with the work.
+                let claimed = self.run.iter().rev().find(|t| t.height == self.claim);
+                if let Some(Err(detail)) = claimed.map(|t| self.chain.weigh(t)) {
+                    return Proof::Contradicted(detail);
+                }
                 return Proof::Proven;
             }
             if !full {

@@ -7,9 +7,9 @@ use super::*;
 use crate::config::Network;
 use crate::probe::chain::Proving;
 use crate::probe::p2p::probe_proving;
-use crate::probe::pow::params;
+use crate::probe::pow::{Retarget, params};
 use crate::probe::wire::{Decoder, Magic, VersionParams};
-use crate::sim::simchain::SimChain;
+use crate::sim::simchain::{SimChain, mine};
 use crate::sim::simnode::SimNode;
 
 const REGTEST: Magic = [0xfa, 0xbf, 0xb5, 0xda];
@@ -199,6 +199,53 @@ async fn forged_headers_are_refused() {
         report.proof,
         Proof::Contradicted("headers attach to no block we know".into())
     );
+}
+
+/// Litecoin regtest where a block may carry any target up to the limit, so
+/// chains of unlike work can be mined.
+fn any_target() -> &'static ChainParams {
+    Box::leak(Box::new(ChainParams {
+        retarget: Retarget::MinDifficulty,
+        ..*params(Network::LitecoinRegtest).unwrap()
+    }))
+}
+
+/// `count` headers after genesis, each with target `bits`.
+fn mined(p: &ChainParams, bits: u32, count: u64) -> Vec<Header> {
+    let mut prev = p.genesis_tip();
+    (0..count)
+        .map(|_| {
+            let (header, tip) = mine(p, &prev, bits);
+            prev = tip;
+            header
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_longer_chain_with_less_work_gives_way_and_is_contradicted() {
+    let p = any_target();
+    let chain = Chain::new(p);
+    // 100 blocks at the limit (work 2 each) against 30 at an eighth of
+    // it (work 8 each).
+    let cheap = mined(p, 0x207f_ffff, 100);
+    let hard = mined(p, 0x201f_ffff, 30);
+    // Cold start: nothing to weigh the cheap chain against.
+    let report = prove_at(&forger(cheap.clone(), 100).await, &chain, WAIT).await;
+    assert_eq!(report.proof, Proof::Proven, "{report:?}");
+    assert_eq!(chain.tip().height, 100);
+    // Lower and heavier: proven, and now the best chain.
+    let report = prove_at(&forger(hard.clone(), 30).await, &chain, WAIT).await;
+    assert_eq!(report.proof, Proof::Proven, "{report:?}");
+    assert_eq!(chain.tip().height, 30);
+    assert_eq!(chain.tip().hash, hard[29].hash());
+    // Higher and lighter: contradicted.
+    let report = prove_at(&forger(cheap, 100).await, &chain, WAIT).await;
+    assert!(
+        matches!(&report.proof, Proof::Contradicted(d) if d.starts_with("not enough work")),
+        "{report:?}"
+    );
+    assert_eq!(chain.tip().hash, hard[29].hash());
 }
 
 #[test]

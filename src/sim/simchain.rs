@@ -57,7 +57,7 @@ impl SimChain {
             let prev = mined
                 .last()
                 .map_or(self.params.genesis_tip(), |(_, tip)| *tip);
-            let next = self.mine(&prev);
+            let next = mine(self.params, &prev, prev.bits);
             mined.push(next);
         }
         let (from, to) = (from as usize, to as usize);
@@ -66,29 +66,32 @@ impl SimChain {
             .map(|(h, _)| h.clone())
             .collect()
     }
+}
 
-    /// The header after `prev`, with its tip.
-    fn mine(&self, prev: &Tip) -> (Header, Tip) {
-        let height = prev.height + 1;
-        let mut raw = [0u8; HEADER_LEN];
-        raw[..4].copy_from_slice(&0x2000_0000u32.to_le_bytes());
-        raw[4..36].copy_from_slice(&prev.hash);
-        let merkle: [u8; 32] = Sha256::digest(height.to_le_bytes()).into();
-        raw[36..68].copy_from_slice(&merkle);
-        let mut time = GENESIS_TIME.wrapping_add(SPACING.wrapping_mul(height as u32));
-        raw[72..76].copy_from_slice(&prev.bits.to_le_bytes());
-        let mut nonce = 0u32;
-        loop {
-            raw[68..72].copy_from_slice(&time.to_le_bytes());
-            raw[76..80].copy_from_slice(&nonce.to_le_bytes());
-            let header = Header { raw };
-            if let Ok(tip) = self.params.check(prev, &header) {
-                return (header, tip);
-            }
-            nonce = nonce.wrapping_add(1);
-            if nonce == 0 {
-                time = time.wrapping_add(1);
-            }
+/// The header after `prev` on `params`' network with target `bits`, which
+/// the network must allow there (or this never returns), with its tip.
+/// Regtest's limit needs about two hashes, each halving of the target twice
+/// as many. Every call with the same arguments mines the same header.
+pub fn mine(params: &ChainParams, prev: &Tip, bits: u32) -> (Header, Tip) {
+    let height = prev.height + 1;
+    let mut raw = [0u8; HEADER_LEN];
+    raw[..4].copy_from_slice(&0x2000_0000u32.to_le_bytes());
+    raw[4..36].copy_from_slice(&prev.hash);
+    let merkle: [u8; 32] = Sha256::digest(height.to_le_bytes()).into();
+    raw[36..68].copy_from_slice(&merkle);
+    let mut time = GENESIS_TIME.wrapping_add(SPACING.wrapping_mul(height as u32));
+    raw[72..76].copy_from_slice(&bits.to_le_bytes());
+    let mut nonce = 0u32;
+    loop {
+        raw[68..72].copy_from_slice(&time.to_le_bytes());
+        raw[76..80].copy_from_slice(&nonce.to_le_bytes());
+        let header = Header { raw };
+        if let Ok(tip) = params.check(prev, &header) {
+            return (header, tip);
+        }
+        nonce = nonce.wrapping_add(1);
+        if nonce == 0 {
+            time = time.wrapping_add(1);
         }
     }
 }
