@@ -321,8 +321,7 @@ fn mined(p: &ChainParams, bits: u32, to: u64) -> Fake {
         height: to,
         tip: headers[to as usize].clone(),
         headers,
-        answers_headers: true,
-        array: true,
+        ..Fake::honest(0)
     }
 }
 
