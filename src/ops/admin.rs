@@ -40,7 +40,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -76,7 +76,9 @@ const BACKOFF_MIN: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Serve admin requests on `listener` until `token` is cancelled; then stop
-/// accepting, let open requests finish (briefly) and return.
+/// accepting, let open requests finish (briefly) and return. While
+/// `accepting` says false (a live upgrade's new process accepts on the same
+/// socket), new clients are left to the other process.
 ///
 /// Clients outside `admin.allow` (IPv4-mapped IPv6 addresses matched as
 /// IPv4; an empty list allows nobody) are closed at once, before anything
@@ -86,6 +88,7 @@ pub async fn serve(
     listener: TcpListener,
     admin: AdminConfig,
     control: Control,
+    mut accepting: watch::Receiver<bool>,
     token: CancellationToken,
 ) {
     let AdminConfig {
@@ -109,9 +112,12 @@ pub async fn serve(
     let hosts = Arc::new(hosts);
     let mut backoff = BACKOFF_MIN;
     loop {
+        let on = *accepting.borrow_and_update();
         let accepted = tokio::select! {
             () = token.cancelled() => break,
-            r = listener.accept() => r,
+            // Paused or resumed (a failed upgrade): look again.
+            Ok(()) = accepting.changed() => continue,
+            r = listener.accept(), if on => r,
         };
         let (stream, peer) = match accepted {
             Ok(conn) => {
@@ -272,5 +278,48 @@ mod tests {
         assert!(allowed(&allow, "[::ffff:127.0.0.1]:5".parse().unwrap()));
         assert!(!allowed(&allow, "127.0.0.2:5".parse().unwrap()));
         assert!(!allowed(&[], "127.0.0.1:4".parse().unwrap()));
+    }
+
+    /// While paused (a live upgrade's new process accepts on the same
+    /// socket) a client waits in the backlog, unanswered; once resumed (the
+    /// upgrade failed) it is answered.
+    #[tokio::test]
+    async fn a_paused_endpoint_leaves_new_clients_to_the_other_process() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listen = listener.local_addr().unwrap();
+        let admin = AdminConfig {
+            listen,
+            allow: vec!["127.0.0.0/8".parse().unwrap()],
+            hosts: Vec::new(),
+        };
+        let (reload, _reloads) = tokio::sync::mpsc::channel(1);
+        let (upgrade, _upgrades) = tokio::sync::mpsc::channel(1);
+        let control = Control::new(Vec::new(), reload, upgrade, 0);
+        let (accepting, watched) = watch::channel(false);
+        let token = CancellationToken::new();
+        let served = tokio::spawn(serve(listener, admin, control, watched, token.clone()));
+        let mut client = TcpStream::connect(listen).await.unwrap();
+        let ask = format!("GET /healthz HTTP/1.1\r\nHost: {listen}\r\nConnection: close\r\n\r\n");
+        client.write_all(ask.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let early = Duration::from_millis(300);
+        assert!(
+            tokio::time::timeout(early, client.read_to_end(&mut answer))
+                .await
+                .is_err(),
+            "answered while paused: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        accepting.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+            .await
+            .expect("answered once resumed")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        token.cancel();
+        served.await.unwrap();
     }
 }

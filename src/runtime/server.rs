@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -89,6 +89,10 @@ pub struct Server {
     /// The admin socket's configured address and a second descriptor of
     /// it, for an upgrade.
     admin_kept: Option<(SocketAddr, std::net::TcpListener)>,
+    /// Whether the admin endpoint accepts: not while an upgrade's new
+    /// process serves beside this one, so no admin client is accepted by a
+    /// process about to exit.
+    admin_accepting: watch::Sender<bool>,
     /// Every bound pool listener, which backend legs never dial.
     own: Arc<OwnListeners>,
     /// Told by every pool when a backend's saved health changes.
@@ -203,6 +207,7 @@ impl Server {
             generation,
             exec,
             admin_kept,
+            admin_accepting: watch::Sender::new(true),
             own,
             changes,
             workers,
@@ -257,7 +262,9 @@ impl Server {
         }
         if let Some((l, admin)) = self.admin.take() {
             let (control, token) = (self.control.clone(), self.root.clone());
-            self.tracker.spawn(admin::serve(l, admin, control, token));
+            let accepting = self.admin_accepting.subscribe();
+            self.tracker
+                .spawn(admin::serve(l, admin, control, accepting, token));
         }
         self.tracker.spawn(notify::watchdog(self.root.clone()));
         let writer = self.config.state_file.clone().map(|path| {

@@ -89,6 +89,7 @@ impl Server {
         for run in &mut self.pools {
             stop_accepting(run).await;
         }
+        self.admin_accepting.send_replace(false);
         // Each phase gets the whole budget: spliced connections stop in
         // milliseconds, however long the connects before took.
         let budget = self.longest_connect() + Duration::from_secs(1);
@@ -108,6 +109,7 @@ impl Server {
             Err(err) => {
                 next.abandon().await;
                 self.take_back(handed);
+                self.admin_accepting.send_replace(true);
                 Err(err)
             }
         }
