@@ -126,35 +126,65 @@ impl Chain {
         ))
     }
 
-    /// Known headers below `height`, newest first: the newest few of each
-    /// side branch (a node on one continues where it stopped), then
-    /// [`Chain::best_locator`]'s. A node answers with the headers after the
-    /// first of them on its chain.
+    /// Known headers below `height`: [`Chain::best_locator`]'s, with the
+    /// newest few of each side branch (a node on one continues where it
+    /// stopped) just before the best chain's at or below the branch's
+    /// root. A node answers with the headers after the first of them on
+    /// its chain: one on the best chain finds the best chain's newest
+    /// first, even when a branch holds headers it has too (those between
+    /// a sparse root and where the branch really leaves), and one on a
+    /// branch, which has none of the best chain's above the root, finds
+    /// its branch's.
     pub fn locator(&self, height: u64) -> Vec<Tip> {
-        let mut out = self.branch_heads(height, BRANCH_LOCATOR);
-        out.extend(self.best_locator(height));
+        let mut heads = self
+            .branch_heads(height, BRANCH_LOCATOR)
+            .into_iter()
+            .peekable();
+        let mut out: Vec<Tip> = Vec::new();
+        let add = |out: &mut Vec<Tip>, tip: Tip| {
+            if !out.contains(&tip) {
+                out.push(tip);
+            }
+        };
+        for tip in self.best_locator(height) {
+            while let Some((_, head)) = heads.next_if(|(root, _)| *root >= tip.height) {
+                add(&mut out, head);
+            }
+            add(&mut out, tip);
+        }
+        for (_, head) in heads {
+            add(&mut out, head);
+        }
         out
     }
 
     /// The newest header below `height` of each side branch, newest first.
     pub fn branch_tips(&self, height: u64) -> Vec<Tip> {
-        self.branch_heads(height, 1)
+        let mut tips: Vec<Tip> = self
+            .branch_heads(height, 1)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        tips.sort_by(|a, b| b.height.cmp(&a.height).then(a.hash.cmp(&b.hash)));
+        tips.dedup();
+        tips
     }
 
-    fn branch_heads(&self, height: u64, each: usize) -> Vec<Tip> {
+    /// The newest `each` headers below `height` of each side branch, with
+    /// the height of its root: the branches with the highest root first,
+    /// each one's newest first.
+    fn branch_heads(&self, height: u64, each: usize) -> Vec<(u64, Tip)> {
         let record = self.lock();
-        let mut out: Vec<Tip> = record
-            .branches
-            .iter()
+        let mut branches: Vec<&Vec<Tip>> = record.branches.iter().collect();
+        branches.sort_by_key(|b| std::cmp::Reverse(b[0].height));
+        branches
+            .into_iter()
             .flat_map(|b| {
                 let below = b.partition_point(|t| t.height < height).max(1);
-                b[1..below].iter().rev().take(each)
+                let root = b[0].height;
+                b[1..below].iter().rev().take(each).map(move |t| (root, *t))
             })
-            .copied()
-            .collect();
-        out.sort_by(|a, b| b.height.cmp(&a.height).then(a.hash.cmp(&b.hash)));
-        out.dedup();
-        out
+            .collect()
     }
 
     /// Known headers of the best chain below `height`, newest first,

@@ -27,6 +27,18 @@ fn at(run: &[Tip], height: u64) -> Tip {
     *run.iter().find(|t| t.height == height).unwrap()
 }
 
+/// A node's whole chain, indexed by height: genesis, then `parts` in
+/// order, each cut to what follows the one before.
+fn line(genesis: Tip, parts: &[&[Tip]]) -> Vec<Tip> {
+    let mut out = vec![genesis];
+    for part in parts {
+        let next = out.len() as u64;
+        out.extend(part.iter().filter(|t| t.height >= next));
+    }
+    assert!(out.iter().enumerate().all(|(h, t)| t.height == h as u64));
+    out
+}
+
 fn chain() -> Chain {
     Chain::new(params(Network::LitecoinRegtest).unwrap())
 }
@@ -78,10 +90,13 @@ fn a_lighter_fork_is_a_side_branch_and_a_detached_run_changes_nothing() {
     c.learn(at(&one, 50), &fork);
     assert_eq!(c.tip(), at(&one, 100));
     assert_eq!(c.branches(), [at(&fork, 90)]);
-    // The locator leads with the branch, then the best chain's.
+    // A node on the best chain finds its newest first, a node on the
+    // fork the branch's newest (none of the best chain's above 50 is on
+    // its chain).
     let locator = c.locator(u64::MAX);
-    assert_eq!(&locator[..4], [90, 89, 88, 87].map(|h| at(&fork, h)));
-    assert_eq!(locator[4], at(&one, 100));
+    assert_eq!(locator[0], at(&one, 100));
+    let on_fork = line(genesis, &[&one[..50], &fork]);
+    assert_eq!(fork_point(&locator, &on_fork), Some(at(&fork, 90)));
     let stranger = after(&genesis, 7, 9, 2)[6];
     c.learn(stranger, &after(&stranger, 500, 9, 2));
     assert_eq!(c.tip().height, 100);
@@ -132,16 +147,20 @@ fn an_honest_chain_resumes_from_its_side_branch_until_it_outweighs_the_best() {
     assert_eq!(c.branches(), [at(&hard, 1000)]);
     // The next proof of a claim of 1500 starts where it stopped.
     let locator = c.locator(1500);
-    assert_eq!(locator[0], at(&hard, 1000));
     let best: Vec<u64> = c.best_locator(1500).iter().map(|t| t.height).collect();
     assert_eq!(&best[..2], [1000, 0]);
-    assert!(locator.ends_with(&c.best_locator(1500)));
-    let from = locator[0];
+    let on_hard = line(genesis, &[&hard]);
+    let from = fork_point(&locator, &on_hard).unwrap();
+    assert_eq!(from, at(&hard, 1000));
     c.learn(from, &hard[1000..]);
     assert_eq!(c.tip(), at(&hard, 1500));
     // The cheap chain waits aside; its node's next proof starts on it.
     assert_eq!(c.branches(), [at(&cheap, 5000)]);
-    assert_eq!(c.locator(5000)[0], at(&cheap, 4999));
+    let on_cheap = line(genesis, &[&cheap]);
+    assert_eq!(
+        fork_point(&c.locator(5000), &on_cheap),
+        Some(at(&cheap, 4999))
+    );
 }
 
 #[test]
@@ -154,7 +173,9 @@ fn on_a_tie_the_chain_seen_first_stays_until_the_other_outweighs_it() {
     c.learn(at(&one, 90), &two[..10]);
     assert_eq!(c.tip(), at(&one, 100));
     assert_eq!(c.branches(), [at(&two, 100)]);
-    let from = c.locator(101)[0];
+    let on_two = line(genesis, &[&one[..90], &two]);
+    let from = fork_point(&c.locator(101), &on_two).unwrap();
+    assert_eq!(from, at(&two, 100));
     c.learn(from, &two[10..]);
     assert_eq!(c.tip(), at(&two, 101));
     assert_eq!(c.branches(), [at(&one, 100)]);
@@ -237,4 +258,44 @@ fn above_the_best_tip_a_claim_needs_the_best_tips_work() {
     assert_eq!(c.weigh(&at(&cheap, 60)), Ok(()));
     // Above it with as much work: the best chain's own successor.
     assert_eq!(c.weigh(&after(&at(&hard, 100), 101, 1, 8)[0]), Ok(()));
+}
+
+/// What Bitcoin Core answers a `getheaders` from: the first locator entry
+/// on its active chain, `chain` (indexed by height).
+fn fork_point(locator: &[Tip], chain: &[Tip]) -> Option<Tip> {
+    locator
+        .iter()
+        .find(|t| usize::try_from(t.height).is_ok_and(|h| chain.get(h) == Some(*t)))
+        .copied()
+}
+
+/// A side branch may hold headers of the best chain (those between a
+/// sparse root and where it really leaves it). A node on the best chain
+/// still finds the best chain's newest header first, not the branch's
+/// (it would re-send from there at every probe, never reaching a tip more
+/// than a probe's headers away), while a node on the branch finds its
+/// branch's.
+#[test]
+fn a_branch_holding_best_chain_headers_does_not_hold_back_best_chain_proofs() {
+    let c = chain();
+    let genesis = c.tip();
+    let mut a = vec![genesis];
+    a.extend(after(&genesis, 60_000, 1, 2));
+    c.learn(genesis, &a[1..]);
+    // A fork that leaves at 1998, learnt from 1000 (the best chain keeps
+    // nothing between 1000 and 2000): A1001..A1998, then F1999, F2000.
+    let from = a[1000];
+    let mut fork: Vec<Tip> = a[..=1998].to_vec();
+    fork.extend(after(&a[1998], 2000, 7, 2));
+    c.learn(from, &fork[1001..]);
+    assert_eq!(c.branches(), [fork[2000]]);
+    let mut a2 = a.clone();
+    a2.extend(after(&a[60_000], 60_001, 1, 2));
+    assert_eq!(fork_point(&c.locator(60_001), &a2), Some(a[60_000]));
+    // The node on the fork, one block further, continues its branch.
+    fork.extend(after(&fork[2000], 2001, 7, 2));
+    assert_eq!(fork_point(&c.locator(2001), &fork), Some(fork[2000]));
+    // Re-sent, the branch's headers on the best chain change nothing.
+    c.learn(from, &a[1001..2000]);
+    assert_eq!(fork_point(&c.locator(60_001), &a2), Some(a[60_000]));
 }
