@@ -309,3 +309,36 @@ fn shifts_by_two_bits() {
     top[0] = 0x40;
     assert_eq!(shl2(top), [0xff; 32]);
 }
+
+/// What checking one header costs, and what weighing it (its chain work)
+/// adds, for the note. Run:
+/// `cargo test --release --lib pow::tests::timing -- --ignored --nocapture`
+#[test]
+#[ignore = "prints timings; asserts nothing on them"]
+fn timing() {
+    use std::hint::black_box;
+    use std::time::Instant;
+
+    let g = litecoin_genesis();
+    let per = |rounds: u32, f: &dyn Fn()| {
+        let start = Instant::now();
+        for _ in 0..rounds {
+            f();
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(rounds)
+    };
+    let sha = per(200_000, &|| {
+        black_box(black_box(&g).hash());
+    });
+    let scrypt = per(2_000, &|| {
+        black_box(black_box(&g).pow_hash(PowHash::Scrypt));
+    });
+    let work = per(200_000, &|| {
+        black_box(crate::probe::work::block_work(black_box(0x1703_4e3a)));
+    });
+    println!("| per header | ns |");
+    println!("|---|---:|");
+    println!("| double SHA-256 (Bitcoin's work, every header's hash) | {sha:.0} |");
+    println!("| scrypt(1024, 1, 1) (Litecoin's work) | {scrypt:.0} |");
+    println!("| chain work of its bits | {work:.0} |");
+}
