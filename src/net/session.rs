@@ -177,7 +177,7 @@ pub fn resume(
             &client,
             &backend,
             &target.stats,
-            idle_timeout,
+            (idle_timeout, idle),
             &closer,
             state,
         );

@@ -87,7 +87,7 @@ pub fn splice<'a>(
         client,
         backend,
         stats,
-        idle_timeout,
+        (idle_timeout, Duration::ZERO),
         closer,
         SpliceState::default(),
     )
@@ -104,12 +104,14 @@ impl<'a> Splice<'a> {
 
 /// Splice from where `state` says an earlier splice of the same two
 /// sockets stood (see [`Splice::hand_over`]): its counts go on, its unwritten
-/// bytes are written first, and a direction that had ended stays ended.
+/// bytes are written first, and a direction that had ended stays ended. Its
+/// idle timeout counts from its last byte, `silent` ago, not from now: a
+/// live upgrade does not give a silent connection a new `idle_timeout`.
 pub fn resume<'a>(
     client: &'a TcpStream,
     backend: &'a TcpStream,
     stats: &'a BackendStats,
-    idle_timeout: Option<Duration>,
+    (idle_timeout, silent): (Option<Duration>, Duration),
     closer: &'a Closer,
     state: SpliceState,
 ) -> Splice<'a> {
@@ -122,7 +124,7 @@ pub fn resume<'a>(
         down: Dir::from(state.down),
         first_eof: state.first_eof,
         later: None,
-        idle: idle_timeout.map(|timeout| Box::new(Idle::new(timeout))),
+        idle: idle_timeout.map(|timeout| Box::new(Idle::since(timeout, silent))),
     }
 }
 

@@ -79,7 +79,14 @@ async fn a_frozen_splice_resumes_with_its_held_bytes_first() {
 
     // A new closer, as the new process makes one; the same sockets.
     let closer = Closer::handed(state.up.moved, state.down.moved, Duration::ZERO);
-    let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
+    let resumed = resume(
+        &proxy_client,
+        &proxy_backend,
+        &stats,
+        (None, Duration::ZERO),
+        &closer,
+        state,
+    );
     let reader = async {
         let mut got = vec![0u8; LEN];
         client.read_exact(&mut got).await.unwrap();
@@ -212,7 +219,14 @@ async fn a_splice_frozen_with_bytes_in_its_pipe_carries_them() {
     assert!(!state.down.held.is_empty(), "the pipe's bytes are carried");
 
     let closer = Closer::handed(state.up.moved, state.down.moved, Duration::ZERO);
-    let resumed = resume(&proxy_client, &proxy_backend, &stats, None, &closer, state);
+    let resumed = resume(
+        &proxy_client,
+        &proxy_backend,
+        &stats,
+        (None, Duration::ZERO),
+        &closer,
+        state,
+    );
     let reader = async {
         let mut got = vec![0u8; LEN];
         client.read_exact(&mut got).await.unwrap();
@@ -552,5 +566,35 @@ async fn a_young_leg_handed_over_gets_its_keepalive_first() {
     assert_eq!(
         keep_alive_of(&legs.proxy_backend).map(|k| k.0),
         Some(KEEPALIVE.idle)
+    );
+}
+
+/// A splice resumed after a live upgrade counts its idle timeout from its
+/// last byte in the old process, not from the handover: 9 s silent there,
+/// it ends after 1 s more of silence, not 10.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_splice_counts_its_idle_time_from_its_last_byte() {
+    let (_client, proxy_client) = pair(false).await;
+    let (proxy_backend, _node) = pair(false).await;
+    let stats = BackendStats::default();
+    let closer = Closer::handed(0, 0, Duration::from_secs(9));
+    let limit = Some(Duration::from_secs(10));
+    let silent = Duration::from_secs(9);
+    let mut spliced = resume(
+        &proxy_client,
+        &proxy_backend,
+        &stats,
+        (limit, silent),
+        &closer,
+        SpliceState::default(),
+    );
+    run_for(&mut spliced, Duration::from_millis(900)).await;
+    let started = Instant::now();
+    let out = (&mut spliced).await;
+    assert_eq!(out.reason, CloseReason::IdleTimeout);
+    assert!(
+        started.elapsed() <= Duration::from_millis(100),
+        "ended {:?} after the 0.9 s",
+        started.elapsed()
     );
 }

@@ -75,9 +75,10 @@ pub(super) struct Idle {
 }
 
 impl Idle {
-    /// Counting from now.
-    pub(super) fn new(timeout: Duration) -> Idle {
-        let last = Instant::now();
+    /// Counting from the last byte, `silent` ago (zero for a new splice).
+    pub(super) fn since(timeout: Duration, silent: Duration) -> Idle {
+        let now = Instant::now();
+        let last = now.checked_sub(silent).unwrap_or(now);
         Idle {
             timeout,
             last,
