@@ -92,6 +92,16 @@ impl Fail {
     }
 }
 
+/// How long a request may take: an upgrade waits for the new process,
+/// within its own timeouts; the budget follows the route as parsed, so
+/// every path that reaches the upgrade gets it.
+fn budget(request: &Result<AdminRequest, RouteError>) -> Duration {
+    match request {
+        Ok(AdminRequest::Upgrade) => UPGRADE_REQUEST_TIMEOUT,
+        _ => REQUEST_TIMEOUT,
+    }
+}
+
 /// Answer one request from `peer` (an allowed client holding a slot),
 /// connected to `local`.
 pub async fn respond(
@@ -106,12 +116,7 @@ pub async fn respond(
         return refused;
     }
     let request = parse_request(req.method(), req.uri());
-    // An upgrade waits for the new process, within its own timeouts.
-    let budget = match request {
-        Ok(AdminRequest::Upgrade) => UPGRADE_REQUEST_TIMEOUT,
-        _ => REQUEST_TIMEOUT,
-    };
-    let answer = match tokio::time::timeout(budget, route(req, request, ctx)).await {
+    let answer = match tokio::time::timeout(budget(&request), route(req, request, ctx)).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(fail)) => error(fail),
         Err(_) => error(Fail::new(
@@ -404,4 +409,26 @@ pub(super) fn answer(status: StatusCode, content_type: &'static str, body: Bytes
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     answer
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use hyper::{Method, Uri};
+
+    use super::*;
+
+    /// Every path the router sends to the upgrade gets the upgrade's
+    /// budget (`//upgrade` got 15 s and a 503 when it was read from the
+    /// raw path), and nothing else does.
+    #[test]
+    fn the_upgrades_budget_follows_the_parsed_route() {
+        let of = |method: Method, path: &str| {
+            let uri: Uri = path.parse().unwrap();
+            budget(&parse_request(&method, &uri))
+        };
+        assert_eq!(of(Method::POST, "/upgrade"), UPGRADE_REQUEST_TIMEOUT);
+        assert_eq!(of(Method::POST, "//upgrade"), UPGRADE_REQUEST_TIMEOUT);
+        assert_eq!(of(Method::POST, "/reload"), REQUEST_TIMEOUT);
+        assert_eq!(of(Method::GET, "/upgrade"), REQUEST_TIMEOUT);
+    }
 }
