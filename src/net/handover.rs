@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::net::splice::SpliceState;
 use crate::pool::registry::ConnId;
@@ -98,5 +98,79 @@ impl HandoverQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<HandedConn>>> {
         // Plain data behind the lock: a panic elsewhere leaves it usable.
         self.sink.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Connections a live upgrade's new process has taken but may not splice
+/// yet: until the running process lets go of them it may still take them
+/// back, and two processes moving bytes on one socket lose or repeat some.
+/// Each session waits on a [`Held`] of it before its first byte.
+#[derive(Debug)]
+pub struct Hold(watch::Sender<bool>);
+
+/// One session's wait for its [`Hold`]; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Held(Option<watch::Receiver<bool>>);
+
+impl Hold {
+    /// Connections held until [`Hold::let_go`].
+    pub fn new() -> Hold {
+        Hold(watch::channel(false).0)
+    }
+
+    /// A wait for this hold.
+    pub fn held(&self) -> Held {
+        Held(Some(self.0.subscribe()))
+    }
+
+    /// The connections may splice now.
+    pub fn let_go(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold::new()
+    }
+}
+
+impl Held {
+    /// Not held: the process splices its connections as it takes them
+    /// (taken back after a failed upgrade).
+    pub fn free() -> Held {
+        Held(None)
+    }
+
+    /// Wait until the hold lets go: `false` if it was dropped without
+    /// (the connections are not this process's to splice).
+    pub async fn let_go(self) -> bool {
+        match self.0 {
+            None => true,
+            Some(mut rx) => rx.wait_for(|go| *go).await.is_ok(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_held_session_waits_for_the_hold_and_not_for_a_dropped_one() {
+        let hold = Hold::new();
+        let waiting = tokio::spawn(hold.held().let_go());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "held until let go");
+        hold.let_go();
+        assert!(waiting.await.unwrap());
+        // Late comers see it let go.
+        assert!(hold.held().let_go().await);
+        assert!(Held::free().let_go().await);
+
+        let dropped = Hold::new();
+        let waiting = dropped.held();
+        drop(dropped);
+        assert!(!waiting.let_go().await);
     }
 }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::net::closed_log::{self, Closed};
-use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue};
+use crate::net::handover::{ConnMeta, HandedConn, HandoverQueue, Held};
 use crate::net::splice;
 use crate::net::splice::{KeepAliveLater, SpliceState};
 use crate::pool::admission::Admission;
@@ -121,13 +121,16 @@ pub async fn serve_moved(
 /// Go on with a connection handed over by a live upgrade (in this process or
 /// the one before it), where its splice stood. It is registered on its
 /// backend at once (so drains and `/status` see it before it runs); the
-/// future splices it on. One whose backend is gone from the pool splices
-/// on until the drain of that backend closes it, as after a reload.
+/// future splices it on once `held` lets go (a new process's connections
+/// wait until the running one has given them up). One whose backend is
+/// gone from the pool splices on until the drain of that backend closes
+/// it, as after a reload.
 pub fn resume(
     pool: Arc<Pool>,
     handed: HandedConn,
     slot: OwnedSemaphorePermit,
     handovers: HandoverQueue,
+    held: Held,
 ) -> impl Future<Output = ()> + Send + 'static {
     let HandedConn {
         meta,
@@ -170,6 +173,12 @@ pub fn resume(
                 return;
             }
         };
+        if !held.let_go().await {
+            // Never let go: the sockets are not ours to move bytes on.
+            let err = "the running process did not let go of it";
+            warn!(pool = %pool.name, conn, client = %peer, err, "adopt_failed");
+            return;
+        }
         pool.legs()
             .set_source(target.id, conn, leg_source(&backend));
         let idle_timeout = pool.config().idle_timeout;

@@ -10,4 +10,5 @@ mod failures;
 mod health;
 mod load;
 mod notify;
+mod rollback;
 mod stop;

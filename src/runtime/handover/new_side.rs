@@ -18,6 +18,15 @@ pub struct NewSide {
 /// One received batch: each connection with its client and backend socket.
 pub type Batch = Vec<(ConnMeta, OwnedFd, OwnedFd)>;
 
+/// How the running process let go of the connections.
+#[derive(Debug)]
+pub enum LetGo {
+    /// It said so: it has given them up and exits.
+    Said,
+    /// The channel closed first: it is gone.
+    Gone,
+}
+
 impl NewSide {
     /// Connect to the running process's rendezvous `name`, read its offer
     /// and accept it, then receive the handover and its sockets.
@@ -115,6 +124,23 @@ impl NewSide {
         self.chan.send(tag::ADOPTED, &body, &[]).await
     }
 
+    /// Wait until the running process lets go of the connections sent:
+    /// it says so (`LET_GO`, once it heard they were all adopted), or it
+    /// is gone (the channel closed). Until then it may still take them
+    /// back, so none of them may move a byte here. Anything else it sends
+    /// meanwhile is not an answer: it either lets go or stops this process.
+    pub async fn let_go(&self) -> LetGo {
+        loop {
+            match self.chan.recv().await {
+                Ok(m) if m.tag == tag::LET_GO => return LetGo::Said,
+                Ok(_) => {}
+                Err(e) if is_gone(&e) => return LetGo::Gone,
+                // Not a sign that it is gone: look again, unhurried.
+                Err(_) => tokio::time::sleep(RECV_RETRY).await,
+            }
+        }
+    }
+
     async fn expect(&self, want: u8) -> io::Result<Packet> {
         let m = self.chan.recv().await?;
         if m.tag == want {
@@ -127,6 +153,19 @@ impl NewSide {
             )))
         }
     }
+}
+
+/// The pause before reading the channel again after an error that does
+/// not say the running process is gone.
+const RECV_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The channel closed: the running process exited or was stopped (a
+/// process gone with our messages unread resets it).
+fn is_gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+    )
 }
 
 fn invalid(msg: String) -> io::Error {

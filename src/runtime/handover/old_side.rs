@@ -161,8 +161,11 @@ impl OldSide {
         Ok(())
     }
 
-    /// Say that all `sent` connections went, and wait for the new process to
-    /// say it adopted them all.
+    /// Say that all `sent` connections went, wait for the new process to
+    /// say it adopted them all, and let go of them: on `Ok` they are the
+    /// new process's, which splices them from now on. On an error it has
+    /// moved no byte on any of them: they are still this process's to
+    /// splice on (once the new process is stopped).
     ///
     /// # Errors
     /// The new process exited, hung or miscounted; the channel failed.
@@ -172,11 +175,17 @@ impl OldSide {
         self.send(tag::END, &body, &[]).await?;
         let answer = self.expect(tag::ADOPTED, "done adopting").await?;
         match serde_json::from_slice::<Count>(&answer.body) {
-            Ok(adopted) if adopted == count => Ok(adopted.connections),
-            _ => Err(UpgradeError::Refused(format!(
-                "it did not confirm the {sent} connections sent"
-            ))),
+            Ok(adopted) if adopted == count => {}
+            _ => {
+                return Err(UpgradeError::Refused(format!(
+                    "it did not confirm the {sent} connections sent"
+                )));
+            }
         }
+        // One datagram: either it went whole, and the connections are the
+        // new process's, or it did not, and they are still ours.
+        self.send(tag::LET_GO, &[], &[]).await?;
+        Ok(sent)
     }
 
     /// Stop the new process (SIGKILL) and reap it: the upgrade failed.

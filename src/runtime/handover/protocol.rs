@@ -12,8 +12,17 @@
 //!    health restored), or `REFUSE`. Until here nothing has moved: on any
 //!    failure the old process just carries on.
 //! 5. old → new `CONNS` batches ([`ConnMeta`]s as JSON, client and
-//!    backend socket of each attached), then `END` with the count.
-//! 6. new → old `ADOPTED` with the count; the old process exits.
+//!    backend socket of each attached), then `END` with the count. The new
+//!    process registers each connection but moves no byte on it yet: the
+//!    old one may still take them all back.
+//! 6. new → old `ADOPTED` with the count.
+//! 7. old → new `LET_GO`: the old process has given the connections up
+//!    and exits; the new one splices them from here. Until this is sent,
+//!    a failure (the new process hangs, exits, miscounts) has the old
+//!    process kill the new one and splice every connection on itself,
+//!    where it stood: one of them the new process had touched would lose
+//!    or repeat bytes. The new process also splices them when the channel
+//!    closes without it (the old process is gone), never otherwise.
 
 use std::net::SocketAddr;
 
@@ -45,6 +54,8 @@ pub mod tag {
     pub const END: u8 = b'E';
     /// New → old: [`super::Count`] of connections adopted.
     pub const ADOPTED: u8 = b'D';
+    /// Old → new: the connections are the new process's to splice.
+    pub const LET_GO: u8 = b'G';
 }
 
 /// Connections per `CONNS` message (two sockets each).

@@ -11,10 +11,10 @@ use tracing::{info, warn};
 use super::Server;
 use super::listen::TakenListeners;
 use crate::config::Config;
-use crate::net::handover::HandedConn;
+use crate::net::handover::{HandedConn, Held, Hold};
 use crate::net::session;
 use crate::pool::close::CloseReason;
-use crate::runtime::handover::new_side::NewSide;
+use crate::runtime::handover::new_side::{LetGo, NewSide};
 use crate::runtime::handover::protocol::Handover;
 use crate::runtime::handover::{CONN_ID_GAP, ENV};
 use crate::runtime::{limits, notify};
@@ -120,6 +120,9 @@ impl Server {
             ..
         } = takeover;
         let mut adopted = 0;
+        // One hold per batch, let go busiest first: the batches came idlest
+        // first, each busiest first.
+        let mut holds: Vec<Hold> = Vec::new();
         let result: std::io::Result<()> = async {
             new_side.ready().await?;
             loop {
@@ -130,7 +133,9 @@ impl Server {
                             client: client.into(),
                             backend_socket: backend.into(),
                         });
-                        adopted += self.resume_all(handed);
+                        let hold = Hold::new();
+                        adopted += self.resume_all(handed, &hold.held());
+                        holds.push(hold);
                     }
                     Err(sent) => {
                         if sent.connections != adopted {
@@ -146,22 +151,38 @@ impl Server {
             }
         }
         .await;
+        // Whatever happened, the running process decides: it lets go, or
+        // stops this process and splices the connections on itself.
+        let let_go = new_side.let_go().await;
+        for hold in holds.iter().rev() {
+            hold.let_go();
+        }
         match result {
+            // A running process of a build before `LET_GO` just exits.
             Ok(()) => info!(
                 generation = self.generation,
                 listeners,
                 connections = adopted,
                 duration_ms = started.elapsed().as_millis() as u64,
                 rss_kib = limits::rss_kib(),
+                let_go = match &let_go {
+                    LetGo::Said => "said",
+                    LetGo::Gone => "exited",
+                },
                 "adopted"
             ),
             Err(err) => warn!(connections = adopted, err = %err, "adopt_failed"),
         }
     }
 
-    /// Splice `handed` connections on, spread over the data workers;
-    /// returns how many were resumed (one whose pool is gone is closed).
-    pub(super) fn resume_all(&self, handed: impl IntoIterator<Item = HandedConn>) -> usize {
+    /// Splice `handed` connections on, spread over the data workers, once
+    /// `held` lets go; returns how many were resumed (one whose pool is
+    /// gone is closed).
+    pub(super) fn resume_all(
+        &self,
+        handed: impl IntoIterator<Item = HandedConn>,
+        held: &Held,
+    ) -> usize {
         let mut resumed = 0;
         for f in handed {
             let Some(run) = self.pools.iter().find(|run| run.pool.name == f.meta.pool) else {
@@ -188,7 +209,7 @@ impl Server {
                 }
             };
             let handovers = self.shared.handovers.clone();
-            let task = session::resume(run.pool.clone(), f, slot, handovers);
+            let task = session::resume(run.pool.clone(), f, slot, handovers, held.clone());
             let worker = self.workers.handle(resumed);
             worker.spawn(self.shared.tracker.track_future(task));
             resumed += 1;

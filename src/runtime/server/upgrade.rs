@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 
 use super::Server;
 use super::listen::{handed, resume_accepting, stop_accepting};
-use crate::net::handover::HandedConn;
+use crate::net::handover::{HandedConn, Held};
 use crate::ops::control::{UpgradeError, Upgraded};
 use crate::pool::handed::{Movable, Waves};
 use crate::runtime::handover::old_side::OldSide;
@@ -260,7 +260,7 @@ impl Server {
         for run in &self.pools {
             run.pool.upgrade().end();
         }
-        let n = self.resume_all(handed);
+        let n = self.resume_all(handed, &Held::free());
         for run in &mut self.pools {
             resume_accepting(run, &self.shared, &self.workers);
         }
