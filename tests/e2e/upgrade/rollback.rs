@@ -58,6 +58,8 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
     })
     .await;
     let new = new.unwrap();
+    // Should the test fail, the hung process must not outlive it.
+    let stop = StopOnDrop(new);
     wait_until("the new process to hold every client", T, || {
         established_on(new, addr.port()) == CLIENTS
     })
@@ -96,6 +98,8 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Gone: its pid is no longer its own.
+    std::mem::forget(stop);
     // The manager reads again: the old process says MAINPID= once more.
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
@@ -189,4 +193,15 @@ fn established_on(pid: u32, port: u16) -> usize {
             f.len() > 9 && f[1].ends_with(&local) && f[3] == "01" && inodes.contains(f[9])
         })
         .count()
+}
+
+/// SIGKILL for a process when dropped (gone already is fine).
+struct StopOnDrop(u32);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = i32::try_from(self.0).ok().and_then(rustix::process::Pid::from_raw) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
 }
