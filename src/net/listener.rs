@@ -214,8 +214,10 @@ pub async fn accept_loop(
                     // holds up nobody else.
                     Some(timeout) => {
                         let (pool, shared2) = (pool.clone(), shared.clone());
+                        let reading = pool.gate().reading_header();
                         shared.tracker.spawn(async move {
                             proxied(stream, peer, timeout, &pool, &shared2, slot, me).await;
+                            drop(reading);
                         });
                     }
                 }

@@ -157,6 +157,16 @@ impl Gate<'_> {
         self.pool.tally.count_rejected(reason);
     }
 
+    /// A connection from a trusted sender starts reading its PROXY
+    /// header: counted (as connecting) until the guard drops, so a live
+    /// upgrade waits for it to be admitted instead of leaving it behind.
+    pub fn reading_header(&self) -> ReadingHeader {
+        self.pool.headers.fetch_add(1, Ordering::AcqRel);
+        ReadingHeader {
+            pool: self.pool.clone(),
+        }
+    }
+
     fn take_place(&self) -> bool {
         let max = self.pool.config().max_connections;
         self.pool
@@ -165,6 +175,18 @@ impl Gate<'_> {
                 (n < max).then_some(n + 1)
             })
             .is_ok()
+    }
+}
+
+/// A PROXY header being read ([`Gate::reading_header`]).
+#[derive(Debug)]
+pub struct ReadingHeader {
+    pool: Arc<Pool>,
+}
+
+impl Drop for ReadingHeader {
+    fn drop(&mut self) {
+        self.pool.headers.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -161,6 +161,9 @@ pub struct Pool {
     listen: ArcSwap<Vec<SocketAddr>>,
     backends: Mutex<Members>,
     pub(in crate::pool) clients: AtomicUsize,
+    /// Connections from a trusted sender whose PROXY header is still being
+    /// read: not admitted yet, but clients all the same.
+    pub(in crate::pool) headers: AtomicUsize,
     /// Live clients per source address, while a per-source limit is set.
     pub(in crate::pool) sources: Mutex<HashMap<IpAddr, usize>>,
     /// Connections moved by the rebalancer.
@@ -217,6 +220,7 @@ impl Pool {
                 refused: Refusals::default(),
             }),
             clients: AtomicUsize::new(0),
+            headers: AtomicUsize::new(0),
             sources: Mutex::default(),
             rebalance_moves: AtomicU64::new(0),
             tally: Tally::default(),

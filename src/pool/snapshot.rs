@@ -258,8 +258,9 @@ impl PoolView<'_> {
         self.pool.clients.load(Ordering::Acquire)
     }
 
-    /// Client connections admitted and not spliced yet: being accepted,
-    /// connecting to a backend or failing over. O(connections).
+    /// Client connections not spliced yet: a PROXY header being read, or
+    /// admitted and being accepted, connecting to a backend or failing
+    /// over. O(connections).
     pub fn connecting(&self) -> usize {
         let m = self.pool.backends();
         let spliced = m
@@ -270,7 +271,8 @@ impl PoolView<'_> {
             .filter(|e| e.closer.is_spliced())
             .count();
         drop(m);
-        self.clients().saturating_sub(spliced)
+        let headers = self.pool.headers.load(Ordering::Acquire);
+        self.clients().saturating_sub(spliced) + headers
     }
 }
 

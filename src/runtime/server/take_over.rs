@@ -3,9 +3,11 @@
 //! resumed where its splice stood.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use anyhow::Context;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 
 use super::Server;
@@ -196,17 +198,8 @@ impl Server {
                 );
                 continue;
             };
-            let slots = &self.shared.slots;
-            // It held a slot in the old process: it must not be refused one here.
-            let slot = match slots.clone().try_acquire_owned() {
-                Ok(slot) => slot,
-                Err(_) => {
-                    slots.add_permits(1);
-                    match slots.clone().try_acquire_owned() {
-                        Ok(slot) => slot,
-                        Err(_) => continue,
-                    }
-                }
+            let Some(slot) = handed_slot(&self.shared.slots) else {
+                continue;
             };
             let handovers = self.shared.handovers.clone();
             let task = session::resume(run.pool.clone(), f, slot, handovers, held.clone());
@@ -215,5 +208,35 @@ impl Server {
             resumed += 1;
         }
         resumed
+    }
+}
+
+/// A handed over connection's place in the descriptor budget: it held one
+/// in the old process, so it must not be refused one here. Above the
+/// budget (this process may have a lower open-file limit) it gets a place
+/// of its own, which leaves with it: the budget stays what it is. (`None`
+/// only if a fresh semaphore had no permit.)
+fn handed_slot(slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+    slots
+        .clone()
+        .try_acquire_owned()
+        .or_else(|_| Arc::new(Semaphore::new(1)).try_acquire_owned())
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_handed_over_above_the_budget_leave_it_as_it_was() {
+        let slots = Arc::new(Semaphore::new(1));
+        let within = handed_slot(&slots).unwrap();
+        let above: Vec<_> = (0..3).map(|_| handed_slot(&slots).unwrap()).collect();
+        assert_eq!(slots.available_permits(), 0);
+        drop(above);
+        assert_eq!(slots.available_permits(), 0, "still one held, of one");
+        drop(within);
+        assert_eq!(slots.available_permits(), 1, "the budget is one, as before");
     }
 }

@@ -133,7 +133,8 @@ impl Server {
         (listeners, fds)
     }
 
-    /// The longest a client connection may take to connect, failing over
+    /// The longest a client connection may take to connect: to send its
+    /// PROXY header where one is read, then to connect, failing over
     /// through every backend of its pool (discovered members included).
     fn longest_connect(&self) -> Duration {
         self.pools
@@ -148,13 +149,19 @@ impl Server {
                     .map(|(_, n)| n)
                     .sum();
                 let backends = u32::try_from(c.backends.len() + discovered).unwrap_or(u32::MAX);
-                c.connect_timeout.saturating_mul(backends.saturating_add(1))
+                let header = c
+                    .proxy_protocol
+                    .as_ref()
+                    .map_or(Duration::ZERO, |pp| pp.timeout);
+                let connect = c.connect_timeout.saturating_mul(backends.saturating_add(1));
+                header.saturating_add(connect)
             })
             .max()
             .unwrap_or_default()
     }
 
-    /// Let the connections still connecting finish (or fail over) before
+    /// Let the connections still connecting (PROXY headers still being
+    /// read among them) finish (or fail over) before
     /// anything is handed over, so the spliced ones keep moving bytes meanwhile
     /// instead of waiting, handed over, for someone else's connect; until
     /// `give_up`. Nothing new arrives: accepting has stopped.

@@ -68,3 +68,55 @@ async fn spliced_connections_keep_moving_while_a_connect_finishes_in_the_old_pro
     let read = within("the pending client closed", T, connecting.read(&mut buf)).await;
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
 }
+
+/// A client from a trusted sender still sending its PROXY header when an
+/// upgrade begins: the old process waits for the header, admits the
+/// client and hands it over, instead of dropping it on its way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_header_still_arriving_is_waited_for_and_handed_over() {
+    let node = Node::echo().await;
+    let yaml = format!(
+        "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  \
+         - name: p\n    listen: 127.0.0.1:0\n    rebalance: {{ interval: 0s }}\n    \
+           proxy_protocol: {{ from: [127.0.0.1/32], timeout: 20s }}\n    \
+           health: {{ probe: connect, interval: 1h }}\n    \
+           backends: [{{ name: n, addr: \"{}\" }}]\n",
+        node.addr
+    );
+    let bin = Bin::new();
+    let proxy = Proxy::start_from(bin.path(), &yaml, &[]).await;
+    let mut c = TcpStream::connect(proxy.addr("p")).await.unwrap();
+    c.write_all(b"PROXY TCP4 198.18.0.7 127.0.0.1 ")
+        .await
+        .unwrap();
+
+    let up = upgrade(&proxy);
+    tokio::pin!(up);
+    let admitted = async {
+        let waiting = proxy
+            .wait_event(|e| e["message"] == "handover_waiting", T)
+            .await;
+        assert_eq!(waiting["connections"], 1);
+        c.write_all(b"40000 8333\r\nhello").await.unwrap();
+        let mut back = [0u8; 5];
+        c.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"hello");
+    };
+    tokio::select! {
+        done = &mut up => panic!("the upgrade ended before the header came: {done:?}"),
+        () = within("an echo once the header came", T, admitted) => {}
+    }
+    let (code, out, err) = up.await;
+    assert_eq!(code, Some(0), "upgrade failed: {out} {err}");
+    let accepted = proxy
+        .wait_event(|e| e["message"] == "accepted" && e["via"].is_string(), T)
+        .await;
+    assert_eq!(accepted["client"], "198.18.0.7:40000");
+
+    c.write_all(b"after").await.unwrap();
+    let mut back = [0u8; 5];
+    within("an echo after the upgrade", T, c.read_exact(&mut back))
+        .await
+        .unwrap();
+    assert_eq!(&back, b"after");
+}

@@ -163,7 +163,13 @@ fn child_of(pid: u32) -> Option<u32> {
         let child: u32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
         // "pid (comm) S ppid ...": the fields after the last ')'.
-        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
         (ppid == pid).then_some(child)
     })
 }
@@ -180,7 +186,12 @@ fn established_on(pid: u32, port: u16) -> usize {
         .filter_map(|e| {
             let target = std::fs::read_link(e.path()).ok()?;
             let target = target.to_str()?;
-            Some(target.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
         })
         .collect();
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
@@ -200,7 +211,10 @@ struct StopOnDrop(u32);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        if let Some(pid) = i32::try_from(self.0).ok().and_then(rustix::process::Pid::from_raw) {
+        if let Some(pid) = i32::try_from(self.0)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
