@@ -73,7 +73,10 @@ pub fn config(backends: &[SocketAddr], extra: &str) -> String {
 }
 
 /// `pin-proxy upgrade` against `proxy`: (exit code, stdout, stderr).
+/// Once it succeeded, `upgraded` is in `proxy`'s events too (so the
+/// harness knows which process to stop at the end).
 pub async fn upgrade(proxy: &Proxy) -> (Option<i32>, String, String) {
+    let before = proxy.named("upgraded").len();
     let out = tokio::process::Command::new(binary())
         .args(["upgrade", "--admin", &proxy.admin().to_string()])
         .env_remove("PIN_PROXY_CONFIG")
@@ -81,6 +84,11 @@ pub async fn upgrade(proxy: &Proxy) -> (Option<i32>, String, String) {
     let out = within("pin-proxy upgrade", T, out)
         .await
         .expect("run pin-proxy upgrade");
+    if out.status.success() {
+        proxy
+            .wait_count(|e| e["message"] == "upgraded", before + 1, T)
+            .await;
+    }
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
