@@ -60,6 +60,9 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
     let new = new.unwrap();
     // Should the test fail, the hung process must not outlive it.
     let stop = StopOnDrop(new);
+    // Until its exec the child holds copies of all the old process's
+    // descriptors: count its clients only once it runs the new binary.
+    proxy.wait_event(|e| e["message"] == "inherited", T).await;
     wait_until("the new process to hold every client", T, || {
         established_on(new, addr.port()) == CLIENTS
     })
