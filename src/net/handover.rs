@@ -5,11 +5,12 @@
 //! (or here again, when the upgrade fails).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::net::splice::SpliceState;
 use crate::pool::registry::ConnId;
@@ -106,26 +107,60 @@ impl HandoverQueue {
 /// back, and two processes moving bytes on one socket lose or repeat some.
 /// Each session waits on a [`Held`] of it before its first byte.
 #[derive(Debug)]
-pub struct Hold(watch::Sender<bool>);
+pub struct Hold {
+    go: watch::Sender<bool>,
+    waits: Arc<Waits>,
+}
 
-/// One session's wait for its [`Hold`]; cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Held(Option<watch::Receiver<bool>>);
+/// The [`Held`]s of one [`Hold`].
+#[derive(Debug, Default)]
+struct Waits {
+    /// Not dropped yet: sessions still waiting, or not past their first
+    /// poll since the hold let go.
+    left: AtomicUsize,
+    /// The last of them was dropped.
+    passed: Notify,
+}
+
+/// One session's wait for its [`Hold`].
+#[derive(Debug)]
+pub struct Held(Option<(Arc<Waits>, watch::Receiver<bool>)>);
 
 impl Hold {
     /// Connections held until [`Hold::let_go`].
     pub fn new() -> Hold {
-        Hold(watch::channel(false).0)
+        Hold {
+            go: watch::channel(false).0,
+            waits: Arc::default(),
+        }
     }
 
     /// A wait for this hold.
     pub fn held(&self) -> Held {
-        Held(Some(self.0.subscribe()))
+        self.waits.left.fetch_add(1, Ordering::AcqRel);
+        Held(Some((self.waits.clone(), self.go.subscribe())))
     }
 
     /// The connections may splice now.
     pub fn let_go(&self) {
-        self.0.send_replace(true);
+        self.go.send_replace(true);
+    }
+
+    /// Wait until every session held has gone past the hold (after
+    /// [`Hold::let_go`]), or `within` has passed: so the sessions of one
+    /// hold have had their first poll before the next hold wakes its own.
+    pub async fn passed(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let waits = &self.waits;
+        while waits.left.load(Ordering::Acquire) > 0 {
+            let passed = waits.passed.notified();
+            if waits.left.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, passed).await.is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -144,10 +179,32 @@ impl Held {
 
     /// Wait until the hold lets go: `false` if it was dropped without
     /// (the connections are not this process's to splice).
-    pub async fn let_go(self) -> bool {
-        match self.0 {
+    pub async fn let_go(mut self) -> bool {
+        match &mut self.0 {
             None => true,
-            Some(mut rx) => rx.wait_for(|go| *go).await.is_ok(),
+            Some((_, rx)) => rx.wait_for(|go| *go).await.is_ok(),
+        }
+    }
+}
+
+impl Clone for Held {
+    fn clone(&self) -> Held {
+        match &self.0 {
+            None => Held(None),
+            Some((waits, rx)) => {
+                waits.left.fetch_add(1, Ordering::AcqRel);
+                Held(Some((waits.clone(), rx.clone())))
+            }
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some((waits, _)) = &self.0
+            && waits.left.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            waits.passed.notify_one();
         }
     }
 }
@@ -172,5 +229,28 @@ mod tests {
         let waiting = dropped.held();
         drop(dropped);
         assert!(!waiting.let_go().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_is_passed_once_every_held_session_went_past_it() {
+        let hold = Hold::new();
+        let held = hold.held();
+        let sessions: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(held.clone().let_go()))
+            .collect();
+        drop(held);
+        hold.let_go();
+        hold.passed(Duration::from_secs(3600)).await;
+        for s in sessions {
+            assert!(s.is_finished() || s.await.unwrap());
+        }
+        // A session that never comes back does not hold the next hold up
+        // for longer than asked.
+        let stuck = Hold::new();
+        let _never = stuck.held();
+        stuck.let_go();
+        let started = tokio::time::Instant::now();
+        stuck.passed(Duration::from_millis(5)).await;
+        assert_eq!(started.elapsed(), Duration::from_millis(5));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant as StdInstant;
+use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::Context;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -20,6 +20,10 @@ use crate::runtime::handover::new_side::{LetGo, NewSide};
 use crate::runtime::handover::protocol::Handover;
 use crate::runtime::handover::{CONN_ID_GAP, ENV};
 use crate::runtime::{limits, notify};
+
+/// The longest the release of one batch of handed over connections waits
+/// for its sessions to start before the next batch is let go.
+const BATCH_START: Duration = Duration::from_millis(5);
 
 /// What a process started by a live upgrade takes over: the channel to
 /// the running process and what it sent so far.
@@ -156,8 +160,12 @@ impl Server {
         // Whatever happened, the running process decides: it lets go, or
         // stops this process and splices the connections on itself.
         let let_go = new_side.let_go().await;
+        // A batch at a time, each once the one before has had its first
+        // poll: thousands of sessions woken at once would queue the busy
+        // ones' next round trips behind every idle one's first poll.
         for hold in holds.iter().rev() {
             hold.let_go();
+            hold.passed(BATCH_START).await;
         }
         match result {
             // A running process of a build before `LET_GO` just exits.
