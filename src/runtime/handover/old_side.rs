@@ -36,6 +36,9 @@ pub struct OldSide {
     budget: Duration,
     /// When it must be done.
     deadline: Instant,
+    /// It holds the connections it is sent until `LET_GO` (a build from
+    /// before that step splices each as it arrives).
+    holds: bool,
 }
 
 impl OldSide {
@@ -95,6 +98,7 @@ impl OldSide {
                 pid,
                 budget,
                 deadline,
+                holds: false,
             }),
             Err(e) => {
                 kill(&mut child).await;
@@ -122,6 +126,7 @@ impl OldSide {
     ) -> Result<(), UpgradeError> {
         self.send(tag::OFFER, &protocol::offer(FORMAT), &[]).await?;
         let answer = self.expect(tag::ACCEPT, "accepting").await?;
+        self.holds = protocol::accept_holds(&answer.body);
         match protocol::read_accept(&answer.body) {
             Some(FORMAT) => {}
             other => {
@@ -163,9 +168,10 @@ impl OldSide {
 
     /// Say that all `sent` connections went, wait for the new process to
     /// say it adopted them all, and let go of them: on `Ok` they are the
-    /// new process's, which splices them from now on. On an error it has
-    /// moved no byte on any of them: they are still this process's to
-    /// splice on (once the new process is stopped).
+    /// new process's, which splices them from now on. On an error a new
+    /// process that holds them (this build and later) has moved no byte on
+    /// any of them: they are still this process's to splice on (once it
+    /// is stopped). One of a build before may have.
     ///
     /// # Errors
     /// The new process exited, hung or miscounted; the channel failed.
@@ -183,8 +189,12 @@ impl OldSide {
             }
         }
         // One datagram: either it went whole, and the connections are the
-        // new process's, or it did not, and they are still ours.
-        self.send(tag::LET_GO, &[], &[]).await?;
+        // new process's, or it did not, and they are still ours. A build
+        // that does not hold them splices them already (and closes the
+        // channel now): they are its own since `ADOPTED`.
+        if self.holds {
+            self.send(tag::LET_GO, &[], &[]).await?;
+        }
         Ok(sent)
     }
 

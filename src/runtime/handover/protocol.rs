@@ -16,6 +16,10 @@
 //!    process registers each connection but moves no byte on it yet: the
 //!    old one may still take them all back.
 //! 6. new → old `ADOPTED` with the count.
+//!    (A new process of a build before step 7 splices each connection as
+//!    it arrives; it says nothing after the format in its `ACCEPT`, where
+//!    a build that holds says [`HOLDS`]: the old process sends `LET_GO`
+//!    only to one that holds.)
 //! 7. old → new `LET_GO`: the old process has given the connections up
 //!    and exits; the new one splices them from here. Until this is sent,
 //!    a failure (the new process hangs, exits, miscounts) has the old
@@ -74,9 +78,24 @@ pub fn read_offer(body: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(rest.get(..4)?.try_into().ok()?))
 }
 
-/// The body of an `ACCEPT` for `format`.
+/// The body of an `ACCEPT` for `format`, saying this build holds the
+/// connections it is sent until `LET_GO` ([`HOLDS`] after the format;
+/// builds before it send the format alone and splice each connection as
+/// it arrives).
 pub fn accept(format: u32) -> Vec<u8> {
-    format.to_le_bytes().to_vec()
+    let mut body = format.to_le_bytes().to_vec();
+    body.push(HOLDS);
+    body
+}
+
+/// The byte after an `ACCEPT`'s format by which a new process says it
+/// holds its connections until `LET_GO`.
+pub const HOLDS: u8 = b'H';
+
+/// Whether the new process that sent this `ACCEPT` body holds the
+/// connections until `LET_GO`.
+pub fn accept_holds(body: &[u8]) -> bool {
+    body.get(4) == Some(&HOLDS)
 }
 
 /// The format an `ACCEPT` body names.
@@ -167,6 +186,9 @@ mod tests {
         assert_eq!(read_offer(b"GET / HTTP/1.1\r\n"), None);
         assert_eq!(read_accept(&accept(3)), Some(3));
         assert_eq!(read_accept(&[1, 0]), None);
+        // This build says it holds; a build before it sent the format alone.
+        assert!(accept_holds(&accept(1)));
+        assert!(!accept_holds(&1u32.to_le_bytes()));
     }
 
     #[test]

@@ -158,7 +158,13 @@ impl Server {
         }
         .await;
         // Whatever happened, the running process decides: it lets go, or
-        // stops this process and splices the connections on itself.
+        // stops this process and splices the connections on itself. Told
+        // of a failure here, it does so at once, not at its deadline.
+        if let Err(err) = &result {
+            new_side
+                .refuse(&format!("taking the connections over: {err}"))
+                .await;
+        }
         let let_go = new_side.let_go().await;
         // A batch at a time, each once the one before has had its first
         // poll: thousands of sessions woken at once would queue the busy
