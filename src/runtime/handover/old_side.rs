@@ -265,3 +265,80 @@ async fn kill(child: &mut Child) {
     let _ = child.start_kill();
     let _ = child.wait().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::handover::wire::Rendezvous;
+
+    /// An old side talking to a new side played by the test, with a
+    /// stand-in child that lives until abandoned.
+    async fn old_side(holds: bool) -> (OldSide, Channel) {
+        let rendezvous = Rendezvous::bind().unwrap();
+        let new = Channel::connect(rendezvous.name()).unwrap();
+        let chan = rendezvous.accept_from(std::process::id()).await.unwrap();
+        let child = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id().unwrap();
+        let budget = Duration::from_secs(10);
+        let old = OldSide {
+            child,
+            chan,
+            pid,
+            budget,
+            deadline: Instant::now() + budget,
+            holds,
+        };
+        (old, new)
+    }
+
+    /// A new process of a build from before `LET_GO` splices at once and
+    /// closes the channel once it has adopted (a send to it then fails):
+    /// the upgrade succeeded at `ADOPTED`, and nothing is sent after it.
+    #[tokio::test]
+    async fn a_new_process_that_does_not_hold_owns_the_connections_once_adopted() {
+        let (mut old, new) = old_side(false).await;
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let fake = tokio::spawn(async move {
+            let end = new.recv().await.unwrap();
+            assert_eq!(end.tag, tag::END);
+            new.send(tag::ADOPTED, &end.body, &[]).await.unwrap();
+            finished.await.unwrap();
+            // Whatever `finish` sent is here by now.
+            let after = tokio::time::timeout(Duration::from_millis(100), new.recv()).await;
+            assert!(after.is_err(), "sent after ADOPTED: {after:?}");
+        });
+        assert_eq!(old.finish(0).await.unwrap(), 0);
+        done.send(()).unwrap();
+        fake.await.unwrap();
+        old.abandon().await;
+    }
+
+    /// One that holds gets `LET_GO` after `ADOPTED`; had it gone before
+    /// that, the connections would still be the old process's.
+    #[tokio::test]
+    async fn a_new_process_that_holds_is_let_go_after_it_adopted() {
+        let (mut old, new) = old_side(true).await;
+        let fake = tokio::spawn(async move {
+            let end = new.recv().await.unwrap();
+            new.send(tag::ADOPTED, &end.body, &[]).await.unwrap();
+            new.recv().await.unwrap().tag
+        });
+        assert_eq!(old.finish(0).await.unwrap(), 0);
+        assert_eq!(fake.await.unwrap(), tag::LET_GO);
+        old.abandon().await;
+
+        let (mut old, new) = old_side(true).await;
+        let fake = tokio::spawn(async move {
+            let end = new.recv().await.unwrap();
+            new.send(tag::REFUSE, b"taking the connections over: broken", &[])
+                .await
+                .unwrap();
+            drop(end);
+            new
+        });
+        let err = old.finish(0).await.unwrap_err();
+        assert!(err.to_string().contains("broken"), "{err}");
+        drop(fake.await.unwrap());
+        old.abandon().await;
+    }
+}
