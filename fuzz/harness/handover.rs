@@ -129,7 +129,11 @@ fn decode_body(tag: u8, body: &[u8]) {
         }
         tag::ACCEPT => {
             if let Some(format) = read_accept(body) {
-                assert!(body.starts_with(&handover::accept(format)));
+                assert!(body.starts_with(&format.to_le_bytes()));
+                // It holds its connections when its accept says so.
+                let holds = handover::accept_holds(body);
+                assert_eq!(holds, body.get(4) == Some(&handover::HOLDS));
+                assert_eq!(holds, body.starts_with(&handover::accept(format)));
             } else {
                 assert!(body.len() < 4);
             }
