@@ -78,7 +78,12 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
     // What each client heard early (the old process may answer between
     // a read and the look at the new process).
     let mut early: Vec<Vec<u8>> = vec![Vec::new(); CLIENTS];
+    let give_up = tokio::time::Instant::now() + T;
     loop {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the new process was never stopped"
+        );
         for (c, heard) in clients.iter().zip(&mut early) {
             let mut b = [0u8; 64];
             // Read before asking whether it lives: the old process reaps
@@ -99,6 +104,8 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
         if exited(new) {
             break;
         }
+        // A look at clients and process, every 10 ms: the process is not
+        // ours to wait for.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Gone: its pid is no longer its own.
