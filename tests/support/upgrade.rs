@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::admin_http;
 use super::proxy::{Proxy, binary};
@@ -155,4 +157,12 @@ fn descriptors(pid: u32) -> impl Iterator<Item = (u32, bool)> {
             .is_ok_and(|target| target.to_string_lossy().starts_with("pipe:"));
         (fd, pipe)
     })
+}
+
+/// One echo round on `s`: `what` comes back, whole.
+pub async fn echoes(s: &mut TcpStream, what: &[u8]) {
+    s.write_all(what).await.unwrap();
+    let mut got = vec![0u8; what.len()];
+    within("echo", T, s.read_exact(&mut got)).await.unwrap();
+    assert_eq!(got, what);
 }

@@ -7,7 +7,7 @@ use tokio::net::TcpStream;
 
 use crate::support::nodes::{BlackHole, Node, echo_client};
 use crate::support::proxy::Proxy;
-use crate::support::upgrade::{Bin, T, upgrade};
+use crate::support::upgrade::{Bin, T, echoes, upgrade};
 use crate::support::within;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,10 +113,5 @@ async fn a_proxy_header_still_arriving_is_waited_for_and_handed_over() {
         .await;
     assert_eq!(accepted["client"], "198.18.0.7:40000");
 
-    c.write_all(b"after").await.unwrap();
-    let mut back = [0u8; 5];
-    within("an echo after the upgrade", T, c.read_exact(&mut back))
-        .await
-        .unwrap();
-    assert_eq!(&back, b"after");
+    echoes(&mut c, b"after").await;
 }

@@ -12,16 +12,10 @@ use tokio::net::TcpStream;
 use crate::support::admin_http::request;
 use crate::support::nodes::Node;
 use crate::support::proxy::Proxy;
-use crate::support::upgrade::{Bin, T, config, exited, status, upgrade, upgrade_ok, wait_exited};
+use crate::support::upgrade::{
+    Bin, T, config, echoes, exited, status, upgrade, upgrade_ok, wait_exited,
+};
 use crate::support::within;
-
-/// One echo round on `s`.
-async fn echoes(s: &mut TcpStream, what: &[u8]) {
-    s.write_all(what).await.unwrap();
-    let mut got = vec![0u8; what.len()];
-    within("echo", T, s.read_exact(&mut got)).await.unwrap();
-    assert_eq!(got, what);
-}
 
 /// A proxy started from its own copy of the binary, one echo backend and
 /// one spliced client.

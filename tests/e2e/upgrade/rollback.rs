@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::nodes::{Node, echo_client};
 use crate::support::proxy::{Proxy, binary};
-use crate::support::upgrade::{Bin, T, config, exited, upgrade_ok};
+use crate::support::upgrade::{Bin, T, config, echoes, exited, upgrade_ok};
 use crate::support::{wait_until, within};
 
 /// One batch of the handover.
@@ -136,12 +136,7 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
             .await
             .unwrap();
         assert_eq!(got, asked.as_bytes());
-        c.write_all(b"again").await.unwrap();
-        let mut got = [0u8; 5];
-        within("the next answer", T, c.read_exact(&mut got))
-            .await
-            .unwrap();
-        assert_eq!(&got, b"again");
+        echoes(c, b"again").await;
         let mut extra = [0u8; 1];
         assert!(
             matches!(c.try_read(&mut extra), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
@@ -158,12 +153,7 @@ async fn a_failed_upgrade_takes_back_connections_the_new_process_never_touched()
     // And a real upgrade still works, with every client.
     upgrade_ok(&proxy).await;
     for c in &mut clients {
-        c.write_all(b"after").await.unwrap();
-        let mut got = [0u8; 5];
-        within("echo after", T, c.read_exact(&mut got))
-            .await
-            .unwrap();
-        assert_eq!(&got, b"after");
+        echoes(c, b"after").await;
     }
 }
 
