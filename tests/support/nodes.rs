@@ -85,6 +85,28 @@ impl Node {
         .await
     }
 
+    /// A node that holds connections as [`Node::hold`] does and counts
+    /// apart the ones that sent a byte: clients that greet, not a probe's
+    /// bare connect (a `blockbook` probe connects to the node too).
+    pub async fn hold_greeted() -> (Node, Greeted) {
+        let greeted = Greeted::default();
+        let counts = greeted.clone();
+        let node = Node::start(move |mut s: TcpStream| {
+            let counts = counts.clone();
+            async move {
+                let mut buf = [0u8; 4096];
+                if !matches!(s.read(&mut buf).await, Ok(n) if n > 0) {
+                    return;
+                }
+                counts.ever.fetch_add(1, Ordering::SeqCst);
+                let _live = Counted::up(&counts.live);
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            }
+        })
+        .await;
+        (node, greeted)
+    }
+
     fn serve(&mut self, listener: TcpListener) {
         let (handler, accepted, live) = (
             self.handler.clone(),
@@ -138,6 +160,41 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+/// The connections of a [`Node::hold_greeted`] node that sent a byte.
+#[derive(Clone, Default)]
+pub struct Greeted {
+    live: Arc<AtomicUsize>,
+    ever: Arc<AtomicUsize>,
+}
+
+impl Greeted {
+    /// Greeted connections open now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Greeted connections since start.
+    pub fn ever(&self) -> usize {
+        self.ever.load(Ordering::SeqCst)
+    }
+}
+
+/// One in a count while it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn up(count: &Arc<AtomicUsize>) -> Counted {
+        count.fetch_add(1, Ordering::SeqCst);
+        Counted(count.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
