@@ -228,29 +228,73 @@ impl Server {
 /// A handed over connection's place in the descriptor budget: it held one
 /// in the old process, so it must not be refused one here. Above the
 /// budget (this process may have a lower open-file limit) it gets a place
-/// of its own, which leaves with it: the budget stays what it is. (`None`
-/// only if a fresh semaphore had no permit.)
+/// of its own, and owes one: the first slot that comes free is held for
+/// it until it ends, so the process comes back under its budget as soon
+/// as it can and the budget is what it was once the connection is gone.
+/// (`None` only if a fresh semaphore had no permit.)
 fn handed_slot(slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
-    slots
-        .clone()
-        .try_acquire_owned()
-        .or_else(|_| Arc::new(Semaphore::new(1)).try_acquire_owned())
-        .ok()
+    if let Ok(slot) = slots.clone().try_acquire_owned() {
+        return Some(slot);
+    }
+    let own = Arc::new(Semaphore::new(1));
+    let slot = own.clone().try_acquire_owned().ok()?;
+    let slots = slots.clone();
+    tokio::spawn(async move {
+        let owed = tokio::select! {
+            biased;
+            _ = own.acquire() => return,
+            owed = slots.acquire_owned() => owed,
+        };
+        // Free once the connection's own place is given back.
+        let _ = own.acquire().await;
+        drop(owed);
+    });
+    Some(slot)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn connections_handed_over_above_the_budget_leave_it_as_it_was() {
-        let slots = Arc::new(Semaphore::new(1));
-        let within = handed_slot(&slots).unwrap();
+    /// Until `slots` has `free` permits (each owed slot's task runs on
+    /// this test's one thread, at the yields).
+    async fn settle(slots: &Semaphore, free: usize) {
+        for _ in 0..100 {
+            if slots.available_permits() == free {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(slots.available_permits(), free);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn connections_handed_over_above_the_budget_take_the_first_free_slots() {
+        let slots = Arc::new(Semaphore::new(2));
+        let within: Vec<_> = (0..2).map(|_| handed_slot(&slots).unwrap()).collect();
         let above: Vec<_> = (0..3).map(|_| handed_slot(&slots).unwrap()).collect();
         assert_eq!(slots.available_permits(), 0);
-        drop(above);
-        assert_eq!(slots.available_permits(), 0, "still one held, of one");
         drop(within);
-        assert_eq!(slots.available_permits(), 1, "the budget is one, as before");
+        settle(&slots, 0).await;
+        let waiting = slots.clone().try_acquire_owned();
+        assert!(waiting.is_err(), "a slot came free while 3 were over 2");
+        drop(above);
+        settle(&slots, 2).await;
+        assert_eq!(slots.available_permits(), 2, "the budget is two, as before");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_above_the_budget_that_ends_first_owes_nothing() {
+        let slots = Arc::new(Semaphore::new(1));
+        let within = handed_slot(&slots).unwrap();
+        let above = handed_slot(&slots).unwrap();
+        drop(above);
+        tokio::task::yield_now().await;
+        drop(within);
+        settle(&slots, 1).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(slots.available_permits(), 1, "a slot was taken for nothing");
     }
 }
