@@ -161,26 +161,30 @@ pub fn resume(
     };
     let admission = (pool.upgrade().admit(peer.ip()), slot);
     let (lease, target) = pool.upgrade().take_conn(conn, entry, &name, &addr);
+    // Listed with its source from now on, as in the process before, though
+    // its task may not have run yet.
+    let listed = Arc::new(backend_socket);
+    pool.legs().set_source(target.id, conn, leg_source(&listed));
     async move {
-        // Registered with this worker's own event loop.
-        let (client, backend) = match (
-            TcpStream::from_std(client),
-            TcpStream::from_std(backend_socket),
-        ) {
+        // Registered with this worker's own event loop; the listed socket
+        // goes once the registered one stands in for it.
+        let registered = listed.try_clone().and_then(TcpStream::from_std);
+        let (client, backend) = match (TcpStream::from_std(client), registered) {
             (Ok(c), Ok(b)) => (c, Arc::new(b)),
             (Err(err), _) | (_, Err(err)) => {
                 warn!(pool = %pool.name, conn, client = %peer, err = %err, "adopt_failed");
                 return;
             }
         };
+        pool.legs()
+            .set_source(target.id, conn, leg_source(&backend));
+        drop(listed);
         if !held.let_go().await {
             // Never let go: the sockets are not ours to move bytes on.
             let err = "the running process did not let go of it";
             warn!(pool = %pool.name, conn, client = %peer, err, "adopt_failed");
             return;
         }
-        pool.legs()
-            .set_source(target.id, conn, leg_source(&backend));
         let idle_timeout = pool.config().idle_timeout;
         let mut spliced = splice::resume(
             &client,
@@ -318,9 +322,15 @@ impl LegSocket for TcpStream {
     }
 }
 
-fn leg_source(backend: &Arc<TcpStream>) -> LegSource {
+impl LegSocket for std::net::TcpStream {
+    fn local(&self) -> Option<SocketAddr> {
+        self.local_addr().ok()
+    }
+}
+
+fn leg_source<S: LegSocket + 'static>(backend: &Arc<S>) -> LegSource {
     // Unsized to the trait object the registry holds.
-    let weak: Weak<TcpStream> = Arc::downgrade(backend);
+    let weak: Weak<S> = Arc::downgrade(backend);
     weak
 }
 

@@ -9,6 +9,7 @@ use pin_proxy::inspect::wire;
 use serde_json::Value;
 
 use crate::support::admin_http::{admin_addr, request};
+use crate::support::admin_wait::wait_connections;
 use crate::support::litecoind::Litecoind;
 use crate::support::p2p_client::{self, Client};
 use crate::support::proxy::Proxy;
@@ -63,19 +64,22 @@ impl Fixture {
     }
 
     /// A P2P client through the proxy, past its handshake, announcing
-    /// `agent`; its connection id as `/connections` lists it.
+    /// `agent`; its connection id as `/connections` lists it, once the
+    /// listing counts the handshake's bytes both ways (the proxy counts
+    /// what it moved just after the move, which the client may see first).
     pub async fn client(&self, agent: &str) -> (Client, u64) {
         let client = p2p_client::connect(self.proxy.addr("ltc"), agent, T).expect("handshake");
         let local = client.stream.local_addr().unwrap().to_string();
-        let listing = list(self.admin, "").await;
-        let conn = listing["connections"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["client"] == local.as_str())
-            .unwrap_or_else(|| panic!("{local} not listed: {listing}"))["conn"]
-            .as_u64()
-            .unwrap();
+        let what = format!("{local} listed with bytes both ways");
+        let conn = wait_connections(self.admin, "", &what, T, |listing| {
+            let c = listing["connections"]
+                .as_array()?
+                .iter()
+                .find(|c| c["client"] == local.as_str())?;
+            let moved = |k: &str| c[k].as_u64().is_some_and(|n| n > 0);
+            (moved("bytes_up") && moved("bytes_down")).then(|| c["conn"].as_u64())?
+        })
+        .await;
         (client, conn)
     }
 }
