@@ -200,24 +200,26 @@ impl Saved<'_> {
         saved
     }
 
-    /// Put saved records back, each on the backend with the same name and
-    /// address (records of other backends are ignored). A window that
-    /// ended by `wall_now` is dropped, its strikes kept; one still running
-    /// makes the backend unusable at once, for the rest of it, but never
-    /// longer than such a window can be from `wall_now` ([`latest_end`]):
-    /// a clock that was wrong when it was written keeps no node out for
-    /// good. Each restored backend's epoch moves on, so a probe in flight
-    /// is stale.
+    /// Put a state file's records back, each on the backend with the same
+    /// name and address (records of other backends are ignored). A window
+    /// still running makes the backend unusable at once, for the rest of
+    /// it, but never longer than such a window can be from `wall_now`
+    /// ([`latest_end`]): a clock that was wrong when it was written keeps
+    /// no node out for good. A window that ended while the process was
+    /// down is kept as ended: the backend returns after `rise` passed
+    /// probes, as it would have had the process run on, not on the clock.
+    /// Each restored backend's epoch moves on, so a probe in flight is
+    /// stale. Records of discovered members not found yet wait for the
+    /// lookup that finds them.
     /// Returns how many records were applied.
     pub fn restore(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
-        self.pool.put_back(saved, wall_now, false)
+        self.pool.put_back(saved, wall_now, true)
     }
 
     /// As [`Saved::restore`] for the records a live upgrade carries
-    /// over from the moment before: a window that has just ended is kept,
-    /// so a backend waiting for its `rise` probes still waits for them.
+    /// over from the moment before (every member it names is configured).
     pub fn restore_handed(&self, saved: &[SavedBackend], wall_now: SystemTime) -> usize {
-        self.pool.put_back(saved, wall_now, true)
+        self.pool.put_back(saved, wall_now, false)
     }
 }
 
@@ -234,7 +236,7 @@ impl Pool {
         &self,
         saved: &[SavedBackend],
         wall_now: SystemTime,
-        keep_ended: bool,
+        from_file: bool,
     ) -> usize {
         let now = Instant::now();
         let at = At {
@@ -252,10 +254,10 @@ impl Pool {
             else {
                 continue;
             };
-            apply_saved(b, s, at, keep_ended);
+            apply_saved(b, s, at);
             applied += 1;
         }
-        if !keep_ended {
+        if from_file {
             // A discovered member a state file knows may not have been
             // found yet: its record waits for the lookup that finds it.
             let entries: Vec<String> = m
@@ -272,7 +274,7 @@ impl Pool {
         self.note_servable(&m, &self.config());
         drop(m);
         if applied > 0 {
-            // Ended windows were dropped: what a writer holds is out of date.
+            // Windows were cut to their caps: what a writer holds is out of date.
             self.changes.bump();
         }
         applied
@@ -293,7 +295,7 @@ impl Pool {
             wall_now: SystemTime::now(),
             max: self.config().quarantine.max,
         };
-        apply_saved(b, &s, at, false);
+        apply_saved(b, &s, at);
         tracing::info!(pool = %self.name, backend = %b.config().name, "state_claimed");
     }
 }
@@ -320,26 +322,23 @@ fn latest_end(reason: QuarantineReason, max: Duration, wall_now: SystemTime) -> 
 }
 
 /// Put the saved record `s` on `b`: see [`Saved::restore`].
-fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>, keep_ended: bool) {
+fn apply_saved(b: &mut Backend, s: &SavedBackend, at: At<'_>) {
     let At { now, wall_now, .. } = at;
     let name = b.config().name.clone();
-    let quarantine = s
-        .quarantine
-        .filter(|q| keep_ended || q.until > wall_now)
-        .map(|q| {
-            let latest = latest_end(q.reason, at.max, wall_now);
-            if q.until > latest {
-                let secs = |t: SystemTime| t.duration_since(wall_now).unwrap_or_default().as_secs();
-                tracing::warn!(
-                    pool = at.pool, backend = %name, reason = q.reason.as_str(),
-                    saved_s = secs(q.until), window_s = secs(latest), "window_capped"
-                );
-            }
-            Quarantine {
-                until: instant_at(q.until.min(latest), now, wall_now),
-                reason: q.reason,
-            }
-        });
+    let quarantine = s.quarantine.map(|q| {
+        let latest = latest_end(q.reason, at.max, wall_now);
+        if q.until > latest {
+            let secs = |t: SystemTime| t.duration_since(wall_now).unwrap_or_default().as_secs();
+            tracing::warn!(
+                pool = at.pool, backend = %name, reason = q.reason.as_str(),
+                saved_s = secs(q.until), window_s = secs(latest), "window_capped"
+            );
+        }
+        Quarantine {
+            until: instant_at(q.until.min(latest), now, wall_now),
+            reason: q.reason,
+        }
+    });
     let counts = Counts {
         strikes: s.strikes,
         connect_failures: s.connect_failures,

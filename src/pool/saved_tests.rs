@@ -1,6 +1,6 @@
 //! Saving and restoring health records: the round trip in wall-clock time,
-//! ended windows, backends that are not (or no longer) the same node, and
-//! the change signal.
+//! windows that ended while down, backends that are not (or no longer) the
+//! same node, and the change signal.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,8 +149,16 @@ fn a_restored_window_takes_the_backend_out_at_once_and_stales_probes() {
     );
 }
 
+/// A `healthy` probe of `name` applied at `now`.
+fn healthy(pool: &Pool, name: &str, now: Instant) {
+    let b = id(pool, name);
+    let epoch = pool.probing().epoch_of(b).unwrap();
+    pool.probing()
+        .apply_probe(b, &Report::new(Verdict::Healthy, "ok"), epoch, now);
+}
+
 #[test]
-fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
+fn a_window_that_ended_while_down_still_waits_for_a_probe_and_keeps_its_strikes() {
     let pool = pool();
     let wall = SystemTime::now();
     let ended = QuarantineSnapshot {
@@ -160,12 +168,12 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
     let mut record = SavedBackend::new("b".into(), "127.0.0.1:10".into(), Some(ended), 3);
     assert_eq!(pool.saved().restore(&[record.clone()], wall), 1);
     let b = &pool.view().snapshot().backends[1];
-    assert_eq!(
-        (b.state, b.quarantine, b.strikes),
-        (State::Unknown, None, 3)
-    );
+    assert_eq!((b.state, b.strikes), (State::Down, 3));
+    assert!(b.quarantine.is_some(), "the ended window was dropped");
+    // Out until a probe passes, not on the clock.
+    assert!(!b.state.is_usable());
 
-    // The next window is the fourth: 8 × base, not base.
+    // Still down: the next window is the fourth, 8 × base, not base.
     let before = SystemTime::now();
     down(&pool, "b", Instant::now());
     let b = &pool.view().snapshot().backends[1];
@@ -176,13 +184,23 @@ fn an_ended_window_is_dropped_and_its_strikes_make_the_next_one_longer() {
         "{until:?}"
     );
 
-    // The same record, its window still running at `wall`, is kept.
+    // Up again once its window ended: one passed probe (`rise: 1`) and it
+    // is back.
+    let fresh = self::pool();
+    fresh.saved().restore(&[record.clone()], wall);
+    healthy(&fresh, "b", Instant::now());
+    let b = &fresh.view().snapshot().backends[1];
+    assert_eq!((b.state, b.quarantine), (State::Healthy, None));
+
+    // The same record, its window still running at `wall`: a probe that
+    // passes does not shorten it.
     record.quarantine = record.quarantine.map(|q| QuarantineSnapshot {
         until: wall + Duration::from_secs(30),
         ..q
     });
     let fresh = self::pool();
     fresh.saved().restore(&[record], wall);
+    healthy(&fresh, "b", Instant::now());
     assert_eq!(fresh.view().snapshot().backends[1].state, State::Down);
 }
 

@@ -272,6 +272,57 @@ async fn a_state_file_in_a_directory_not_made_yet_is_kept() {
     assert!(proxy.named("state_write_failed").is_empty());
 }
 
+/// A window that ended while the proxy was down still gates the node's
+/// return: it needs its `rise` passed probes, as it would had the proxy
+/// run on, and gets no client on the clock alone. Here `rise: 2` with the
+/// probes an hour apart: the probe at start-up passes once, and every
+/// client goes to the other node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_that_ended_while_down_still_waits_for_its_probes() {
+    let nodes = [Node::echo().await, Node::echo().await];
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let ended = humantime::format_rfc3339_millis(SystemTime::now() - Duration::from_secs(3600));
+    let file = format!(
+        "{{\"version\":1,\"written_at\":\"{ended}\",\"pools\":[{{\"name\":\"p\",\
+         \"backends\":[{{\"name\":\"a\",\"addr\":\"{}\",\"strikes\":2,\
+         \"quarantine\":{{\"until\":\"{ended}\",\"reason\":\"down\"}}}}]}}]}}",
+        nodes[0].addr
+    );
+    std::fs::write(&state, file).unwrap();
+    let extra = "    health: { probe: connect, interval: 1h, rise: 2 }\n";
+    let yaml = config(&state, &[("a", nodes[0].addr), ("b", nodes[1].addr)], extra);
+    let proxy = Proxy::start(&yaml).await;
+    let admin = admin_addr(&proxy);
+    wait_until("a's first probe counted", T, || {
+        proxy
+            .events()
+            .iter()
+            .any(|e| e["message"] == "probe" && e["backend"] == "a" && e["outcome"] == "healthy")
+    })
+    .await;
+    let s = status(admin).await;
+    let a = backend(&s, "p", "a");
+    assert_eq!(
+        (&a["state"], &a["quarantine"]["reason"], &a["good_probes"]),
+        (&"down".into(), &"down".into(), &1.into()),
+        "{a}"
+    );
+    assert!(until(a) < SystemTime::now(), "the window is over: {a}");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
+    }
+    let connected = proxy
+        .wait_count(|e| e["message"] == "connected", 4, T)
+        .await;
+    assert!(
+        connected.iter().all(|e| e["backend"] == "b"),
+        "{connected:?}"
+    );
+    assert!(proxy.named("released").is_empty());
+}
+
 /// A file written under a clock a century ahead: its windows count from
 /// now as they stood then, an automatic one no longer than
 /// `quarantine.max`, and it is logged.
