@@ -46,6 +46,22 @@ fn file_has(path: &Path, needle: &str) -> bool {
     std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle))
 }
 
+/// Four clients of pool `p`, once each is `connected`: all to backend b.
+async fn all_to_b(proxy: &Proxy) -> Vec<TcpStream> {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
+    }
+    let connected = proxy
+        .wait_count(|e| e["message"] == "connected", 4, T)
+        .await;
+    assert!(
+        connected.iter().all(|e| e["backend"] == "b"),
+        "{connected:?}"
+    );
+    clients
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_window_survives_a_cold_restart() {
     let nodes = [Node::echo().await, Node::echo().await];
@@ -78,17 +94,7 @@ async fn a_manual_window_survives_a_cold_restart() {
         .await;
     assert_eq!(restored["backends"], 2, "{restored}");
     // The first clients, right after start-up, all go to b.
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
-    }
-    let connected = proxy
-        .wait_count(|e| e["message"] == "connected", 4, T)
-        .await;
-    assert!(
-        connected.iter().all(|e| e["backend"] == "b"),
-        "{connected:?}"
-    );
+    let _clients = all_to_b(&proxy).await;
     let s = status(admin_addr(&proxy)).await;
     let a = backend(&s, "p", "a");
     assert_eq!(
@@ -309,17 +315,7 @@ async fn a_window_that_ended_while_down_still_waits_for_its_probes() {
         "{a}"
     );
     assert!(until(a) < SystemTime::now(), "the window is over: {a}");
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(TcpStream::connect(proxy.addr("p")).await.unwrap());
-    }
-    let connected = proxy
-        .wait_count(|e| e["message"] == "connected", 4, T)
-        .await;
-    assert!(
-        connected.iter().all(|e| e["backend"] == "b"),
-        "{connected:?}"
-    );
+    let _clients = all_to_b(&proxy).await;
     assert!(proxy.named("released").is_empty());
 }
 
