@@ -27,9 +27,11 @@ fn about(message: &'static str, backend: &'static str) -> impl Fn(&Value) -> boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quarantined_backends_clients_are_closed_over_the_spread_oldest_first() {
     let (a, b) = (Node::echo().await, Node::echo().await);
+    // Probes an hour apart: only the start-up probe's connect reaches the
+    // nodes, so their live counts are the clients.
     let yaml = format!(
         "admin: {{ listen: 127.0.0.1:0 }}\npools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
-         rebalance: {{ interval: 0s }}\n    health: {{ drain_spread: 5s }}\n    \
+         rebalance: {{ interval: 0s }}\n    health: {{ drain_spread: 5s, interval: 1h }}\n    \
          backends: [{{ name: a, addr: \"{}\" }}, {{ name: b, addr: \"{}\" }}]\n",
         a.addr, b.addr
     );
