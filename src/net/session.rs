@@ -390,6 +390,65 @@ mod tests {
         assert_eq!(&byte, b"x");
     }
 
+    /// The source `/connections` shows for connection `conn` of `pool`.
+    fn listed_source(pool: &Pool, conn: ConnId) -> Option<SocketAddr> {
+        let filter = crate::pool::connections::ConnFilter::default();
+        let listed = pool.connections().list(&filter, 10, None).unwrap();
+        let info = listed.conns.iter().find(|c| c.conn == conn).unwrap();
+        info.source()
+    }
+
+    /// A connection a live upgrade hands over is listed with its backend
+    /// leg's source from the moment it is registered: before its task
+    /// runs, and while it is held (the process before it listed one too).
+    #[tokio::test]
+    async fn a_handed_connection_is_listed_with_its_source_while_held() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }]\n";
+        let config = crate::config::Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let token = tokio_util::sync::CancellationToken::new();
+        let pool = Arc::new(Pool::new(config.pools[0].clone(), token));
+        let (client, _client_peer) = pair().await;
+        let (backend, _node) = pair().await;
+        let source = backend.local_addr().unwrap();
+        let meta = ConnMeta {
+            conn: 7,
+            pool: "p".into(),
+            backend: "a".into(),
+            addr: "127.0.0.1:9".into(),
+            peer: client.local_addr().unwrap(),
+            via: None,
+            started: SystemTime::now(),
+            splice: SpliceState::default(),
+            idle_ms: 0,
+            owes: false,
+        };
+        let handed = HandedConn {
+            meta,
+            client: client.into_std().unwrap(),
+            backend_socket: backend.into_std().unwrap(),
+        };
+        let slots = Arc::new(tokio::sync::Semaphore::new(1));
+        let slot = slots.try_acquire_owned().unwrap();
+        let hold = crate::net::handover::Hold::new();
+        let task = resume(
+            pool.clone(),
+            handed,
+            slot,
+            HandoverQueue::default(),
+            hold.held(),
+        );
+        assert_eq!(listed_source(&pool, 7), Some(source), "before its task ran");
+
+        let task = tokio::spawn(task);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!task.is_finished());
+        assert_eq!(listed_source(&pool, 7), Some(source), "while held");
+        task.abort();
+    }
+
     /// A backend leg leaves the loop for a handover whole, or, while a
     /// listing holds it, as a duplicate of its descriptor: either way the
     /// connection goes on, and the registry's view of it ends with it.
