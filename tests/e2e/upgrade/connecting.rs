@@ -2,6 +2,7 @@
 //! over) in the old process, and meanwhile the spliced connections go on
 //! moving bytes: nobody waits, frozen, for someone else's connect.
 
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -9,6 +10,30 @@ use crate::support::nodes::{BlackHole, Node, echo_client};
 use crate::support::proxy::Proxy;
 use crate::support::upgrade::{Bin, T, echoes, upgrade};
 use crate::support::within;
+
+/// Upgrade, and once the old process waits to hand over
+/// (`handover_waiting`, given to `during`), do `during`: the upgrade must
+/// not end before it is done (named `what`), and must succeed after.
+async fn upgrade_after<F: Future<Output = ()>>(
+    proxy: &Proxy,
+    what: &str,
+    during: impl FnOnce(Value) -> F,
+) {
+    let up = upgrade(proxy);
+    tokio::pin!(up);
+    let waited = async {
+        let waiting = proxy
+            .wait_event(|e| e["message"] == "handover_waiting", T)
+            .await;
+        during(waiting).await;
+    };
+    tokio::select! {
+        done = &mut up => panic!("the upgrade ended before {what}: {done:?}"),
+        () = within(what, T, waited) => {}
+    }
+    let (code, out, err) = up.await;
+    assert_eq!(code, Some(0), "upgrade failed: {out} {err}");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spliced_connections_keep_moving_while_a_connect_finishes_in_the_old_process() {
@@ -34,23 +59,13 @@ async fn spliced_connections_keep_moving_while_a_connect_finishes_in_the_old_pro
         .wait_event(|e| e["message"] == "accepted" && e["pool"] == "q", T)
         .await;
 
-    let up = upgrade(&proxy);
-    tokio::pin!(up);
-    let echoed = async {
-        proxy
-            .wait_event(|e| e["message"] == "handover_waiting", T)
-            .await;
+    upgrade_after(&proxy, "the spliced client's echo", |_| async {
         spliced.write_all(b"during").await.unwrap();
         let mut back = [0u8; 6];
         spliced.read_exact(&mut back).await.unwrap();
         assert_eq!(&back, b"during");
-    };
-    tokio::select! {
-        done = &mut up => panic!("the upgrade ended before the spliced client got its echo: {done:?}"),
-        () = within("an echo while a connect is pending", T, echoed) => {}
-    }
-    let (code, out, err) = up.await;
-    assert_eq!(code, Some(0), "upgrade failed: {out} {err}");
+    })
+    .await;
 
     // The spliced client went over to the new process and still echoes.
     spliced.write_all(b"after!").await.unwrap();
@@ -90,24 +105,15 @@ async fn a_proxy_header_still_arriving_is_waited_for_and_handed_over() {
         .await
         .unwrap();
 
-    let up = upgrade(&proxy);
-    tokio::pin!(up);
-    let admitted = async {
-        let waiting = proxy
-            .wait_event(|e| e["message"] == "handover_waiting", T)
-            .await;
+    let rest = &mut c;
+    upgrade_after(&proxy, "the rest of the header", |waiting| async move {
         assert_eq!(waiting["connections"], 1);
-        c.write_all(b"40000 8333\r\nhello").await.unwrap();
+        rest.write_all(b"40000 8333\r\nhello").await.unwrap();
         let mut back = [0u8; 5];
-        c.read_exact(&mut back).await.unwrap();
+        rest.read_exact(&mut back).await.unwrap();
         assert_eq!(&back, b"hello");
-    };
-    tokio::select! {
-        done = &mut up => panic!("the upgrade ended before the header came: {done:?}"),
-        () = within("an echo once the header came", T, admitted) => {}
-    }
-    let (code, out, err) = up.await;
-    assert_eq!(code, Some(0), "upgrade failed: {out} {err}");
+    })
+    .await;
     let accepted = proxy
         .wait_event(|e| e["message"] == "accepted" && e["via"].is_string(), T)
         .await;
