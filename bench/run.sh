@@ -143,10 +143,12 @@ fi
 HA_MAXCONN=$(((${NOFILE/unlimited/40000} - 200) / 2))
 HA_VERSION=$(haproxy -v | sed -n '1s/^HAProxy version \([0-9.]*\).*/\1/p')
 
-mapfile -t ports < <("$LG" free-ports 14)
-[ ${#ports[@]} = 14 ] || { echo "could not find 14 free ports" >&2; exit 1; }
-read -r P_IPERF P_ECHO P_CLOSE P_P2P PIN_IPERF PIN_ECHO PIN_CLOSE PIN_IDLE PIN_P2P \
-    HA_IPERF HA_ECHO HA_CLOSE HA_IDLE HA_P2P <<<"${ports[*]}"
+mapfile -t ports < <("$LG" free-ports 17)
+[ ${#ports[@]} = 17 ] || { echo "could not find 17 free ports" >&2; exit 1; }
+# ECHO2: the client-first churn's second pair of ports (bench/README.md,
+# "What bounds client-first churn").
+read -r P_IPERF P_ECHO P_ECHO2 P_CLOSE P_P2P PIN_IPERF PIN_ECHO PIN_ECHO2 PIN_CLOSE PIN_IDLE PIN_P2P \
+    HA_IPERF HA_ECHO HA_ECHO2 HA_CLOSE HA_IDLE HA_P2P <<<"${ports[*]}"
 
 {
     echo "# bench run $STAMP"
@@ -214,18 +216,18 @@ wait_listen() {
 
 log "starting backends"
 start iperf3-server "${ON_LOAD[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
-start echo-server "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_ECHO"
+start echo-server "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_ECHO" --also-listen "127.0.0.1:$P_ECHO2"
 ECHO_PID=$LAST_PID
 start echo-close-first "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_CLOSE" --close-first 64
 start p2p-server "${ON_LOAD[@]}" "$LG" p2p-server --listen "127.0.0.1:$P_P2P"
 P2P_PID=$LAST_PID
-for p in "$P_IPERF" "$P_ECHO" "$P_CLOSE" "$P_P2P"; do wait_listen "$p"; done
+for p in "$P_IPERF" "$P_ECHO" "$P_ECHO2" "$P_CLOSE" "$P_P2P"; do wait_listen "$p"; done
 
-pin_config "$TMP/pin.yaml" "$PIN" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "close:$PIN_CLOSE:$P_CLOSE" \
-    "p2p:$PIN_P2P:$P_P2P"
+pin_config "$TMP/pin.yaml" "$PIN" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "echo2:$PIN_ECHO2:$P_ECHO2" \
+    "close:$PIN_CLOSE:$P_CLOSE" "p2p:$PIN_P2P:$P_P2P"
 pin_config "$TMP/pin-idle.yaml" "$PIN" "idle:$PIN_IDLE:$P_ECHO"
-haproxy_config "$TMP/haproxy.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" "close:$HA_CLOSE:$P_CLOSE" \
-    "p2p:$HA_P2P:$P_P2P"
+haproxy_config "$TMP/haproxy.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" \
+    "echo2:$HA_ECHO2:$P_ECHO2" "close:$HA_CLOSE:$P_CLOSE" "p2p:$HA_P2P:$P_P2P"
 haproxy_config "$TMP/haproxy-idle.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "idle:$HA_IDLE:$P_ECHO"
 cp "$TMP"/pin*.yaml "$TMP"/haproxy*.cfg "$OUT/"
 
@@ -234,7 +236,7 @@ start pin-proxy "${ON_PROXY[@]}" "$PIN" run -c "$TMP/pin.yaml"
 declare -A PID_OF=([direct]="" [pin-proxy]=$LAST_PID)
 start haproxy "${ON_PROXY[@]}" haproxy -db -f "$TMP/haproxy.cfg"
 PID_OF[haproxy]=$LAST_PID
-for p in "$PIN_IPERF" "$PIN_ECHO" "$PIN_CLOSE" "$PIN_P2P" "$HA_IPERF" "$HA_ECHO" "$HA_CLOSE" "$HA_P2P"; do
+for p in "$PIN_IPERF" "$PIN_ECHO" "$PIN_ECHO2" "$PIN_CLOSE" "$PIN_P2P" "$HA_IPERF" "$HA_ECHO" "$HA_ECHO2" "$HA_CLOSE" "$HA_P2P"; do
     wait_listen "$p"
 done
 sleep 1 # pin-proxy's start-up probes reach iperf3 first; let them pass
@@ -247,6 +249,7 @@ declare -A ADDR=(
     [pin-proxy,iperf]=127.0.0.1:$PIN_IPERF [pin-proxy,echo]=127.0.0.1:$PIN_ECHO [pin-proxy,close]=127.0.0.1:$PIN_CLOSE
     [haproxy,iperf]=127.0.0.1:$HA_IPERF [haproxy,echo]=127.0.0.1:$HA_ECHO [haproxy,close]=127.0.0.1:$HA_CLOSE
     [direct,p2p]=127.0.0.1:$P_P2P [pin-proxy,p2p]=127.0.0.1:$PIN_P2P [haproxy,p2p]=127.0.0.1:$HA_P2P
+    [direct,echo2]=127.0.0.1:$P_ECHO2 [pin-proxy,echo2]=127.0.0.1:$PIN_ECHO2 [haproxy,echo2]=127.0.0.1:$HA_ECHO2
 )
 THREADS_TAG=${THREADS:-all}
 
@@ -286,8 +289,10 @@ run_case() {
             "${lg[@]}" churn --target "${ADDR[$t,close]}" --concurrency 32 --size 64 "${load[@]}"
             ;;
         churn_cf)
-            "${lg[@]}" churn --target "${ADDR[$t,echo]}" --concurrency 32 --size 64 \
-                --client-closes "${load[@]}"
+            # Two targets: one alone caps every target, with a proxy or
+            # without, at the kernel's reuse of TIME_WAIT ports.
+            "${lg[@]}" churn --target "${ADDR[$t,echo]}" --also-target "${ADDR[$t,echo2]}" \
+                --concurrency 32 --size 64 --client-closes "${load[@]}"
             ;;
         p2p)
             "${lg[@]}" p2p --target "${ADDR[$t,p2p]}" --conns "$P2P_CONNS" --secs "$P2P_SECS" \

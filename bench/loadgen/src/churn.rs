@@ -2,7 +2,8 @@
 //! request, reading its echo and then either the backend's close (the echo
 //! server runs with `--close-first`) or, with `client_closes`, closing at
 //! once (a plain echo server); reports connections/s, the latency from
-//! connect to close, and the proxy's CPU per connection.
+//! connect to close, and the proxy's CPU per connection. With several
+//! targets, the loops take them in turn.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -27,8 +28,9 @@ const ERROR_PAUSE: Duration = Duration::from_millis(1);
 /// One churn run.
 #[derive(Debug, Clone)]
 pub struct Params {
-    /// Where to connect.
-    pub target: SocketAddr,
+    /// Where to connect: loop `i` to target `i % targets.len()` (at
+    /// least one).
+    pub targets: Vec<SocketAddr>,
     /// Connections in flight at once.
     pub concurrency: usize,
     /// Request size in bytes.
@@ -56,9 +58,13 @@ struct LoopResult {
 /// When the proxy cannot be read; failed connections are counted instead.
 pub async fn run(p: Params) -> anyhow::Result<Value> {
     let win = Window::new(p.warmup, p.duration);
+    let Some(&first) = p.targets.first() else {
+        bail!("churn needs a target");
+    };
     let mut set = JoinSet::new();
-    for _ in 0..p.concurrency {
-        set.spawn(churn_loop(p.clone(), win));
+    for i in 0..p.concurrency {
+        let target = p.targets[i % p.targets.len()];
+        set.spawn(churn_loop(p.clone(), target, win));
     }
     let mut results = Vec::with_capacity(p.concurrency);
     // With `max_conns`, every loop may be done before the window ends:
@@ -90,12 +96,16 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     }
     let conns = hist.len();
     let mut out = json!({
-        "test": "churn", "target": p.target.to_string(), "concurrency": p.concurrency,
+        "test": "churn", "target": first.to_string(), "concurrency": p.concurrency,
         "closes_first": if p.client_closes { "client" } else { "backend" },
         "secs": secs, "conns": conns,
         "conn_per_s": (conns as f64 / secs.max(1e-3)).round(),
         "errors": errors.values().sum::<u64>(), "error_kinds": errors,
     });
+    if p.targets.len() > 1 {
+        let all: Vec<String> = p.targets.iter().map(ToString::to_string).collect();
+        window::merge(&mut out, json!({ "targets": all }));
+    }
     window::merge(&mut out, window::percentiles(&hist));
     if let Some(cpu) = cpu {
         window::merge(
@@ -106,7 +116,7 @@ pub async fn run(p: Params) -> anyhow::Result<Value> {
     Ok(out)
 }
 
-async fn churn_loop(p: Params, win: Window) -> LoopResult {
+async fn churn_loop(p: Params, target: SocketAddr, win: Window) -> LoopResult {
     let mut r = LoopResult {
         hist: window::histogram(),
         errors: BTreeMap::new(),
@@ -117,7 +127,7 @@ async fn churn_loop(p: Params, win: Window) -> LoopResult {
         if t0 >= win.end {
             break;
         }
-        match timeout(CONN_TIMEOUT, one(p.target, &req, p.client_closes)).await {
+        match timeout(CONN_TIMEOUT, one(target, &req, p.client_closes)).await {
             Ok(Ok(())) => {
                 let t1 = Instant::now();
                 if win.records(t1) {

@@ -2,6 +2,8 @@
 //! `close_first` mode echoes one request and then closes, so in the churn
 //! test the backend closes first and the TIME_WAIT sockets stay on the
 //! server side (otherwise churn measures the kernel's TIME_WAIT table).
+//! A client-first churn splits over several listening ports for the same
+//! reason (`--also-listen`; `churn --also-target`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,13 +17,23 @@ const BUF: usize = 16 * 1024;
 /// Accept errors (usually fd exhaustion) back off this long, then retry.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
-/// Serve on `listen` until the process is killed.
+/// Serve on every address of `listen` until the process is killed.
 ///
 /// # Errors
-/// When `listen` cannot be bound.
-pub async fn serve(listen: SocketAddr, close_first: Option<usize>) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(listen).await?;
-    eprintln!("echo-server listening on {}", listener.local_addr()?);
+/// When an address cannot be bound.
+pub async fn serve(listen: Vec<SocketAddr>, close_first: Option<usize>) -> anyhow::Result<()> {
+    let mut loops = tokio::task::JoinSet::new();
+    for addr in listen {
+        let listener = TcpListener::bind(addr).await?;
+        eprintln!("echo-server listening on {}", listener.local_addr()?);
+        loops.spawn(accept_loop(listener, close_first));
+    }
+    // The loops never end; nor does the server.
+    while loops.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, close_first: Option<usize>) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,

@@ -49,6 +49,9 @@ enum Command {
     EchoServer {
         #[arg(long)]
         listen: SocketAddr,
+        /// More addresses to serve on (repeatable), in the same process.
+        #[arg(long = "also-listen")]
+        also: Vec<SocketAddr>,
         #[arg(long, value_name = "BYTES")]
         close_first: Option<usize>,
         #[command(flatten)]
@@ -81,6 +84,13 @@ enum Command {
         /// Upper bound on connections per concurrent loop.
         #[arg(long, default_value_t = 10_000_000)]
         max_conns: u64,
+        /// More targets (repeatable): the loops take --target and these in
+        /// turn. Closing first, one client address and one target share
+        /// one set of local ports, which the kernel may reuse only a
+        /// second into TIME_WAIT: some 14,000 conn/s per target at the
+        /// default port range, whatever sits behind it (bench/README.md).
+        #[arg(long = "also-target")]
+        also: Vec<SocketAddr>,
     },
     /// Open COUNT connections, verify and hold them; the proxy's RSS and CPU
     /// at each of STEPS and at COUNT.
@@ -242,9 +252,13 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::EchoServer {
             listen,
+            also,
             close_first,
             rt,
-        } => block_on(rt, echo::serve(listen, close_first)),
+        } => {
+            let all = std::iter::once(listen).chain(also).collect();
+            block_on(rt, echo::serve(all, close_first))
+        }
         Command::Upgrade {
             proxy,
             conns,
@@ -306,9 +320,10 @@ fn main() -> anyhow::Result<()> {
             size,
             client_closes,
             max_conns,
+            also,
         } => {
             let p = churn::Params {
-                target: load.target,
+                targets: std::iter::once(load.target).chain(also).collect(),
                 concurrency,
                 size,
                 client_closes,
