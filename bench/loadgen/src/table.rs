@@ -113,7 +113,7 @@ const ROWS: &[(&str, &[Metric])] = &[
         ],
     ),
     (
-        "connect+echo+close, 32 concurrent, client closes first: conn/s",
+        "connect+echo+close, 32 concurrent over two targets, client closes first: conn/s",
         &[info("churn_cf", "conn_per_s", Higher)],
     ),
     (

@@ -27,15 +27,15 @@ const TARGETS: &[(&str, Metric)] = &[
         m("churn", "p99_us", Lower, 1.0),
     ),
     (
-        "churn, client closes first: conn/s",
+        "churn, client closes first (two targets): conn/s",
         m("churn_cf", "conn_per_s", Higher, 1.05),
     ),
     (
-        "churn, client closes first: CPU µs per connection",
+        "churn, client closes first (two targets): CPU µs per connection",
         m("churn_cf", "cpu_us_per_conn", Lower, 0.95),
     ),
     (
-        "churn, client closes first: p99 µs",
+        "churn, client closes first (two targets): p99 µs",
         m("churn_cf", "p99_us", Lower, 1.0),
     ),
     (
