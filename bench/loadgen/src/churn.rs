@@ -169,3 +169,51 @@ async fn one(target: SocketAddr, req: &[u8], client_closes: bool) -> anyhow::Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// An echo server on a fresh loopback port that counts what it accepts.
+    async fn counting_echo() -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(crate::echo::echo_plain(stream));
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn the_loops_take_the_targets_in_turn() {
+        let (a, at_a) = counting_echo().await;
+        let (b, at_b) = counting_echo().await;
+        let p = Params {
+            targets: vec![a, b],
+            concurrency: 3,
+            size: 8,
+            client_closes: true,
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(30),
+            max_conns: 4,
+            pid: None,
+        };
+        let out = run(p).await.unwrap();
+        assert_eq!(out["conns"], 12, "{out}");
+        assert_eq!(out["errors"], 0, "{out}");
+        // Loops 0 and 2 go to a, loop 1 to b: 4 connections each.
+        assert_eq!(at_a.load(Ordering::Relaxed), 8);
+        assert_eq!(at_b.load(Ordering::Relaxed), 4);
+        assert_eq!(out["targets"], json!([a.to_string(), b.to_string()]));
+    }
+}
