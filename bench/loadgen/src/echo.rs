@@ -86,3 +86,31 @@ pub async fn round_trip(s: &mut TcpStream) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_server_echoes_on_every_address_it_is_given() {
+        let ports = crate::ports::free(2).unwrap();
+        let addrs: Vec<SocketAddr> = ports
+            .iter()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect();
+        tokio::spawn(serve(addrs.clone(), None));
+        for addr in addrs {
+            // Bounded: the listeners are bound a moment after the spawn.
+            let mut s = None;
+            for _ in 0..200 {
+                if let Ok(c) = TcpStream::connect(addr).await {
+                    s = Some(c);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut s = s.unwrap_or_else(|| panic!("nothing listens on {addr}"));
+            round_trip(&mut s).await.unwrap();
+        }
+    }
+}
