@@ -10,16 +10,16 @@
 #                DRAIN_PINGERS DRAIN_SPREAD UPGRADE_CONNS UPGRADE_PINGERS)
 #   --threads N  every proxy on CPUs 0..N-1 only (pin-proxy then runs N
 #                loops, HAProxy nbthread N), backends and clients on the rest
-#   --cases LIST only these loads, comma-separated, from iperf1 iperf8 pp1
-#                pp64 churn churn_cf idle (default all); the rest of the
-#                table is then empty
+#   --cases LIST only these loads, comma-separated, from iperf1 iperf8
+#                iperf8r pp1 pp64 churn churn_cf idle (default all); the rest
+#                of the table is then empty
 set -euo pipefail
 
 usage() {
     sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
-ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 SCALE=0 NICE='' THREADS='' CASES=iperf1,iperf8,pp1,pp64,churn,churn_cf,idle
+ROUNDS=3 QUICK=0 MICRO=1 ROUNDS_SET=0 SCALE=0 NICE='' THREADS='' CASES=iperf1,iperf8,iperf8r,pp1,pp64,churn,churn_cf,idle
 CMDLINE="bench/run.sh $*"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -143,12 +143,21 @@ fi
 HA_MAXCONN=$(((${NOFILE/unlimited/40000} - 200) / 2))
 HA_VERSION=$(haproxy -v | sed -n '1s/^HAProxy version \([0-9.]*\).*/\1/p')
 
-mapfile -t ports < <("$LG" free-ports 17)
-[ ${#ports[@]} = 17 ] || { echo "could not find 17 free ports" >&2; exit 1; }
+# iperf8r: eight iperf3 servers (the first is P_IPERF's), one stream each,
+# each behind a pool or frontend of its own (bench/README.md, "Bulk").
+RECEIVERS=8
+NPORTS=$((17 + 3 * (RECEIVERS - 1)))
+mapfile -t ports < <("$LG" free-ports "$NPORTS")
+[ ${#ports[@]} = "$NPORTS" ] || { echo "could not find $NPORTS free ports" >&2; exit 1; }
 # ECHO2: the client-first churn's second pair of ports (bench/README.md,
 # "What bounds client-first churn").
 read -r P_IPERF P_ECHO P_ECHO2 P_CLOSE P_P2P PIN_IPERF PIN_ECHO PIN_ECHO2 PIN_CLOSE PIN_IDLE PIN_P2P \
-    HA_IPERF HA_ECHO HA_ECHO2 HA_CLOSE HA_IDLE HA_P2P <<<"${ports[*]}"
+    HA_IPERF HA_ECHO HA_ECHO2 HA_CLOSE HA_IDLE HA_P2P <<<"${ports[*]:0:17}"
+P_IPERFS=("$P_IPERF") PIN_IPERFS=("$PIN_IPERF") HA_IPERFS=("$HA_IPERF")
+for k in $(seq 0 $((RECEIVERS - 2))); do
+    P_IPERFS+=("${ports[$((17 + 3 * k))]}") PIN_IPERFS+=("${ports[$((18 + 3 * k))]}")
+    HA_IPERFS+=("${ports[$((19 + 3 * k))]}")
+done
 
 {
     echo "# bench run $STAMP"
@@ -216,18 +225,27 @@ wait_listen() {
 
 log "starting backends"
 start iperf3-server "${ON_LOAD[@]}" iperf3 -s -B 127.0.0.1 -p "$P_IPERF"
+for k in $(seq 1 $((RECEIVERS - 1))); do
+    start "iperf3-server-$((k + 1))" "${ON_LOAD[@]}" iperf3 -s -B 127.0.0.1 -p "${P_IPERFS[$k]}"
+done
 start echo-server "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_ECHO" --also-listen "127.0.0.1:$P_ECHO2"
 ECHO_PID=$LAST_PID
 start echo-close-first "${ON_LOAD[@]}" "$LG" echo-server --listen "127.0.0.1:$P_CLOSE" --close-first 64
 start p2p-server "${ON_LOAD[@]}" "$LG" p2p-server --listen "127.0.0.1:$P_P2P"
 P2P_PID=$LAST_PID
-for p in "$P_IPERF" "$P_ECHO" "$P_ECHO2" "$P_CLOSE" "$P_P2P"; do wait_listen "$p"; done
+for p in "${P_IPERFS[@]}" "$P_ECHO" "$P_ECHO2" "$P_CLOSE" "$P_P2P"; do wait_listen "$p"; done
 
+# The receivers' pools and frontends beyond the first (which is `iperf`).
+PIN_MORE=() HA_MORE=()
+for k in $(seq 1 $((RECEIVERS - 1))); do
+    PIN_MORE+=("iperf$((k + 1)):${PIN_IPERFS[$k]}:${P_IPERFS[$k]}")
+    HA_MORE+=("iperf$((k + 1)):${HA_IPERFS[$k]}:${P_IPERFS[$k]}")
+done
 pin_config "$TMP/pin.yaml" "$PIN" "iperf:$PIN_IPERF:$P_IPERF" "echo:$PIN_ECHO:$P_ECHO" "echo2:$PIN_ECHO2:$P_ECHO2" \
-    "close:$PIN_CLOSE:$P_CLOSE" "p2p:$PIN_P2P:$P_P2P"
+    "close:$PIN_CLOSE:$P_CLOSE" "p2p:$PIN_P2P:$P_P2P" "${PIN_MORE[@]}"
 pin_config "$TMP/pin-idle.yaml" "$PIN" "idle:$PIN_IDLE:$P_ECHO"
 haproxy_config "$TMP/haproxy.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "iperf:$HA_IPERF:$P_IPERF" "echo:$HA_ECHO:$P_ECHO" \
-    "echo2:$HA_ECHO2:$P_ECHO2" "close:$HA_CLOSE:$P_CLOSE" "p2p:$HA_P2P:$P_P2P"
+    "echo2:$HA_ECHO2:$P_ECHO2" "close:$HA_CLOSE:$P_CLOSE" "p2p:$HA_P2P:$P_P2P" "${HA_MORE[@]}"
 haproxy_config "$TMP/haproxy-idle.cfg" "$PROXY_THREADS" "$HA_MAXCONN" "idle:$HA_IDLE:$P_ECHO"
 cp "$TMP"/pin*.yaml "$TMP"/haproxy*.cfg "$OUT/"
 
@@ -236,7 +254,8 @@ start pin-proxy "${ON_PROXY[@]}" "$PIN" run -c "$TMP/pin.yaml"
 declare -A PID_OF=([direct]="" [pin-proxy]=$LAST_PID)
 start haproxy "${ON_PROXY[@]}" haproxy -db -f "$TMP/haproxy.cfg"
 PID_OF[haproxy]=$LAST_PID
-for p in "$PIN_IPERF" "$PIN_ECHO" "$PIN_ECHO2" "$PIN_CLOSE" "$PIN_P2P" "$HA_IPERF" "$HA_ECHO" "$HA_ECHO2" "$HA_CLOSE" "$HA_P2P"; do
+for p in "${PIN_IPERFS[@]}" "$PIN_ECHO" "$PIN_ECHO2" "$PIN_CLOSE" "$PIN_P2P" "${HA_IPERFS[@]}" "$HA_ECHO" "$HA_ECHO2" \
+    "$HA_CLOSE" "$HA_P2P"; do
     wait_listen "$p"
 done
 sleep 1 # pin-proxy's start-up probes reach iperf3 first; let them pass
@@ -251,6 +270,15 @@ declare -A ADDR=(
     [direct,p2p]=127.0.0.1:$P_P2P [pin-proxy,p2p]=127.0.0.1:$PIN_P2P [haproxy,p2p]=127.0.0.1:$HA_P2P
     [direct,echo2]=127.0.0.1:$P_ECHO2 [pin-proxy,echo2]=127.0.0.1:$PIN_ECHO2 [haproxy,echo2]=127.0.0.1:$HA_ECHO2
 )
+# iperf8r's targets beyond ADDR[$t,iperf], as --also-target arguments.
+also_iperf() { # NAME of an array of ports, the first ADDR[$t,iperf]'s
+    local -n list=$1
+    local k
+    for k in $(seq 1 $((RECEIVERS - 1))); do
+        printf -- '--also-target\n127.0.0.1:%s\n' "${list[$k]}"
+    done
+}
+declare -A IPERF_PORTS=([direct]=P_IPERFS [pin-proxy]=PIN_IPERFS [haproxy]=HA_IPERFS)
 THREADS_TAG=${THREADS:-all}
 
 # Move the echo server onto ECHO_CPUS and the proxy (every thread) onto PROXY_CPUS.
@@ -271,6 +299,14 @@ run_case() {
     case "$c" in
         iperf1 | iperf8)
             "${lg[@]}" iperf --target "${ADDR[$t,iperf]}" --streams "${c#iperf}" \
+                --time "$T" "${pid[@]}" --raw "$OUT/raw/r$r-$t-$c.json"
+            ;;
+        iperf8r)
+            # Eight streams as eight clients of eight iperf3 servers: each
+            # stream has a receiving thread of its own.
+            local also
+            mapfile -t also < <(also_iperf "${IPERF_PORTS[$t]}")
+            "${lg[@]}" iperf --target "${ADDR[$t,iperf]}" "${also[@]}" --streams 1 \
                 --time "$T" "${pid[@]}" --raw "$OUT/raw/r$r-$t-$c.json"
             ;;
         pp1)
@@ -352,7 +388,7 @@ T_MEASURE=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
     # Interleaved, and the proxies' order alternates from round to round.
     if [ $((r % 2)) = 1 ]; then order=(direct pin-proxy haproxy); else order=(direct haproxy pin-proxy); fi
-    for c in iperf1 iperf8 pp1 pp64 churn churn_cf; do
+    for c in iperf1 iperf8 iperf8r pp1 pp64 churn churn_cf; do
         wanted "$c" || continue
         for t in "${order[@]}"; do
             run_case "$r" "$t" "$c" >>"$OUT/results.jsonl" 2>>"$OUT/loadgen.log" ||

@@ -116,6 +116,13 @@ enum Command {
     Iperf {
         #[arg(long)]
         target: SocketAddr,
+        /// More targets (repeatable), each its own iperf3 server or a
+        /// proxy in front of one: one client each, all at once, and the
+        /// figures summed. An iperf3 server reads every stream of a test
+        /// on one thread, which several streams can saturate.
+        #[arg(long = "also-target")]
+        also: Vec<SocketAddr>,
+        /// Parallel streams of each client.
         #[arg(long, default_value_t = 1)]
         streams: u32,
         /// Test seconds.
@@ -355,13 +362,14 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Iperf {
             target,
+            also,
             streams,
             time,
             pid,
             raw,
         } => {
             let p = iperf::Params {
-                target,
+                targets: std::iter::once(target).chain(also).collect(),
                 streams,
                 time,
                 pid,

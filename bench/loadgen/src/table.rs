@@ -63,12 +63,20 @@ const ROWS: &[(&str, &[Metric])] = &[
         &[m("iperf8", "gbit_s", Higher, 1.0)],
     ),
     (
+        "iperf3 8 streams to 8 servers (one receiving thread each), Gbit/s",
+        &[m("iperf8r", "gbit_s", Higher, 1.0)],
+    ),
+    (
         "proxy CPU s per GB (1 stream)",
         &[m("iperf1", "cpu_s_per_gb", Lower, 1.0)],
     ),
     (
         "proxy CPU s per GB (8 streams)",
         &[m("iperf8", "cpu_s_per_gb", Lower, 1.0)],
+    ),
+    (
+        "proxy CPU s per GB (8 streams to 8 servers)",
+        &[m("iperf8r", "cpu_s_per_gb", Lower, 1.0)],
     ),
     (
         "ping-pong 64 B, 1 conn, client+proxy+backend on one CPU: p50 µs / req/s",
