@@ -93,6 +93,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_server_echoes_on_every_address_it_is_given() {
+        let _ports = crate::ports::TEST_PORTS.lock().await;
         let ports = crate::ports::free(2).unwrap();
         let addrs: Vec<SocketAddr> = ports
             .iter()

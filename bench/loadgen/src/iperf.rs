@@ -147,6 +147,7 @@ mod tests {
         if !have_iperf3() {
             return;
         }
+        let _ports = crate::ports::TEST_PORTS.lock().await;
         let ports = crate::ports::free(2).unwrap();
         let mut servers = Vec::new();
         for port in &ports {

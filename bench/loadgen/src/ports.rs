@@ -16,6 +16,12 @@ const RANGE_FILE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
 /// The lowest port handed out: the ones below are privileged.
 const LOWEST: u16 = 1024;
 
+/// Held by each test that binds ports [`free`] gave it, from the call
+/// until it is done with them: a port found free is bound only a moment
+/// later, and two tests running at once would be given the same ones.
+#[cfg(test)]
+pub static TEST_PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `n` distinct ports of 127.0.0.1 free now, below the kernel's range for
 /// outgoing connections, highest first.
 ///
