@@ -43,3 +43,33 @@ haproxy_config() {
     } >"$file"
     haproxy -c -q -f "$file"
 }
+
+# For the scripts under results/, run from the repository root: the load
+# tool and pin-proxy binaries in LG and PIN (each may be given in the
+# environment), and a scratch directory D, removed on exit together with
+# every background job of the script.
+# shellcheck disable=SC2034 # LG, PIN and D are the caller's
+scratch() {
+    LG=${LG:-bench/loadgen/target/release/loadgen}
+    PIN=${PIN:-target/release/pin-proxy}
+    D=$(mktemp -d)
+    trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$D"' EXIT
+}
+
+# start_proxies: pin-proxy on $D/pin.yaml and HAProxy on $D/ha.cfg, in the
+# background; their pids in PID_PIN and PID_HA.
+# shellcheck disable=SC2034 # the pids are the caller's
+start_proxies() {
+    "$PIN" run -c "$D/pin.yaml" >/dev/null 2>&1 &
+    PID_PIN=$!
+    haproxy -db -f "$D/ha.cfg" >/dev/null 2>&1 &
+    PID_HA=$!
+}
+
+# start_copying_pin: pin-proxy copying every byte (PIN_PROXY_SPLICE=off) on
+# $D/copy.yaml, in the background; its pid in PID_COPY.
+# shellcheck disable=SC2034 # the pid is the caller's
+start_copying_pin() {
+    PIN_PROXY_SPLICE=off "$PIN" run -c "$D/copy.yaml" >/dev/null 2>&1 &
+    PID_COPY=$!
+}

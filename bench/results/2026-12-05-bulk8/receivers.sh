@@ -10,11 +10,8 @@
 set -euo pipefail
 # shellcheck source=bench/configs.sh
 . bench/configs.sh
-LG=${LG:-bench/loadgen/target/release/loadgen}
-PIN=${PIN:-target/release/pin-proxy}
+scratch
 R=$1 N=$2 T=$3
-D=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$D"' EXIT
 mapfile -t p < <("$LG" free-ports $((4 * N)))
 srv=() splice=() copy=() ha=() c_splice=() c_copy=() c_ha=()
 for k in $(seq 0 $((N - 1))); do
@@ -23,15 +20,12 @@ for k in $(seq 0 $((N - 1))); do
     srv+=("$s") splice+=("${p[$((4 * k + 1))]}") copy+=("${p[$((4 * k + 2))]}") ha+=("${p[$((4 * k + 3))]}")
     c_splice+=("i$k:${p[$((4 * k + 1))]}:$s") c_copy+=("i$k:${p[$((4 * k + 2))]}:$s") c_ha+=("i$k:${p[$((4 * k + 3))]}:$s")
 done
-pin_config "$D/splice.yaml" "$PIN" "${c_splice[@]}"
+pin_config "$D/pin.yaml" "$PIN" "${c_splice[@]}"
 pin_config "$D/copy.yaml" "$PIN" "${c_copy[@]}"
 haproxy_config "$D/ha.cfg" 2 9000 "${c_ha[@]}"
-"$PIN" run -c "$D/splice.yaml" >/dev/null 2>&1 &
-p_splice=$!
-PIN_PROXY_SPLICE=off "$PIN" run -c "$D/copy.yaml" >/dev/null 2>&1 &
-p_copy=$!
-haproxy -db -f "$D/ha.cfg" >/dev/null 2>&1 &
-p_ha=$!
+start_proxies
+start_copying_pin
+p_splice=$PID_PIN p_copy=$PID_COPY p_ha=$PID_HA
 sleep 1.5 # pin-proxy's start-up probes reach iperf3 first; let them pass
 busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 one() { # NAME PID PORT...

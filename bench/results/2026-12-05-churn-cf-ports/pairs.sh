@@ -9,11 +9,8 @@
 set -euo pipefail
 # shellcheck source=bench/configs.sh
 . bench/configs.sh
-LG=${LG:-bench/loadgen/target/release/loadgen}
-PIN=${PIN:-target/release/pin-proxy}
+scratch
 R=$1 S=$2 K=$3
-D=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$D"' EXIT
 mapfile -t ports < <("$LG" free-ports $((3 * K)))
 pools_pin=() pools_ha=() direct=() pin=() ha=()
 for k in $(seq 0 $((K - 1))); do
@@ -23,10 +20,8 @@ for k in $(seq 0 $((K - 1))); do
 done
 pin_config "$D/pin.yaml" "$PIN" "${pools_pin[@]}"
 haproxy_config "$D/ha.cfg" 2 9000 "${pools_ha[@]}"
-"$PIN" run -c "$D/pin.yaml" >/dev/null 2>&1 &
-ppid=$!
-haproxy -db -f "$D/ha.cfg" >/dev/null 2>&1 &
-hpid=$!
+start_proxies
+ppid=$PID_PIN hpid=$PID_HA
 sleep 1.5
 cpu() { if [ "$1" = 0 ]; then echo 0; else awk '{print $14 + $15}' "/proc/$1/stat"; fi; }
 one() { # NAME PID PORT...

@@ -13,19 +13,14 @@
 set -euo pipefail
 # shellcheck source=bench/configs.sh
 . bench/configs.sh
-LG=${LG:-bench/loadgen/target/release/loadgen}
-PIN=${PIN:-target/release/pin-proxy}
+scratch
 S=$1
-D=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$D"' EXIT
 mapfile -t p < <("$LG" free-ports 6)
 "$LG" echo-server --listen "127.0.0.1:${p[0]}" --also-listen "127.0.0.1:${p[1]}" >/dev/null 2>&1 &
 pin_config "$D/pin.yaml" "$PIN" "a:${p[2]}:${p[0]}" "b:${p[3]}:${p[1]}"
 haproxy_config "$D/ha.cfg" 2 9000 "a:${p[4]}:${p[0]}" "b:${p[5]}:${p[1]}"
-"$PIN" run -c "$D/pin.yaml" >/dev/null 2>&1 &
-pin=$!
-haproxy -db -f "$D/ha.cfg" >/dev/null 2>&1 &
-ha=$!
+start_proxies
+pin=$PID_PIN ha=$PID_HA
 sleep 1.5
 one() { # NAME PID PORT PORT
     nice -n -10 "$LG" churn --target "127.0.0.1:$3" --also-target "127.0.0.1:$4" --concurrency 32 \
