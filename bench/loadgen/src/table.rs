@@ -59,7 +59,7 @@ const ROWS: &[(&str, &[Metric])] = &[
         &[m("iperf1", "gbit_s", Higher, 1.0)],
     ),
     (
-        "iperf3 8 streams, Gbit/s",
+        "iperf3 8 streams to one server (one receiving thread), Gbit/s",
         &[m("iperf8", "gbit_s", Higher, 1.0)],
     ),
     (
@@ -71,7 +71,7 @@ const ROWS: &[(&str, &[Metric])] = &[
         &[m("iperf1", "cpu_s_per_gb", Lower, 1.0)],
     ),
     (
-        "proxy CPU s per GB (8 streams)",
+        "proxy CPU s per GB (8 streams to one server)",
         &[m("iperf8", "cpu_s_per_gb", Lower, 1.0)],
     ),
     (
