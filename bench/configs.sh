@@ -66,10 +66,24 @@ start_proxies() {
     PID_HA=$!
 }
 
-# start_copying_pin: pin-proxy copying every byte (PIN_PROXY_SPLICE=off) on
-# $D/copy.yaml, in the background; its pid in PID_COPY.
+# start_splice_copy_ha NAME:SPLICE_PORT:COPY_PORT:HA_PORT:BACKEND_PORT...:
+# one pool / frontend per argument in each of three configs in $D, and the
+# three proxies on them in the background: pin-proxy as built (pin.yaml,
+# PID_PIN), pin-proxy copying every byte (PIN_PROXY_SPLICE=off, copy.yaml,
+# PID_COPY) and HAProxy (ha.cfg, PID_HA); then 1.5 s for pin-proxy's
+# start-up probes to reach the backends before any load does.
 # shellcheck disable=SC2034 # the pid is the caller's
-start_copying_pin() {
+start_splice_copy_ha() {
+    local spec name splice copy ha backend to_pin=() to_copy=() to_ha=()
+    for spec in "$@"; do
+        IFS=: read -r name splice copy ha backend <<<"$spec"
+        to_pin+=("$name:$splice:$backend") to_copy+=("$name:$copy:$backend") to_ha+=("$name:$ha:$backend")
+    done
+    pin_config "$D/pin.yaml" "$PIN" "${to_pin[@]}"
+    pin_config "$D/copy.yaml" "$PIN" "${to_copy[@]}"
+    haproxy_config "$D/ha.cfg" 2 9000 "${to_ha[@]}"
+    start_proxies
     PIN_PROXY_SPLICE=off "$PIN" run -c "$D/copy.yaml" >/dev/null 2>&1 &
     PID_COPY=$!
+    sleep 1.5
 }

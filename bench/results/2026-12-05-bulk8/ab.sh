@@ -14,13 +14,8 @@ R=$1 S=$2 T=$3
 read -r P_SRV P_SPLICE P_COPY P_HA <<<"$("$LG" free-ports 4 | tr '\n' ' ')"
 iperf3 -s -B 127.0.0.1 -p "$P_SRV" >/dev/null 2>&1 &
 srv=$!
-pin_config "$D/pin.yaml" "$PIN" "iperf:$P_SPLICE:$P_SRV"
-pin_config "$D/copy.yaml" "$PIN" "iperf:$P_COPY:$P_SRV"
-haproxy_config "$D/ha.cfg" 2 9000 "iperf:$P_HA:$P_SRV"
-start_proxies
-start_copying_pin
+start_splice_copy_ha "iperf:$P_SPLICE:$P_COPY:$P_HA:$P_SRV"
 splice=$PID_PIN copy=$PID_COPY ha=$PID_HA
-sleep 1.5 # pin-proxy's start-up probes reach iperf3 first; let them pass
 stat() { # PID OUT: perf stat for the run's length less a second
     perf stat -x, -e raw_syscalls:sys_enter,context-switches,task-clock \
         -p "$1" -o "$2" -- sleep $((T - 1))

@@ -13,20 +13,15 @@ set -euo pipefail
 scratch
 R=$1 N=$2 T=$3
 mapfile -t p < <("$LG" free-ports $((4 * N)))
-srv=() splice=() copy=() ha=() c_splice=() c_copy=() c_ha=()
+srv=() splice=() copy=() ha=() specs=()
 for k in $(seq 0 $((N - 1))); do
     s=${p[$((4 * k))]}
     iperf3 -s -B 127.0.0.1 -p "$s" >/dev/null 2>&1 &
     srv+=("$s") splice+=("${p[$((4 * k + 1))]}") copy+=("${p[$((4 * k + 2))]}") ha+=("${p[$((4 * k + 3))]}")
-    c_splice+=("i$k:${p[$((4 * k + 1))]}:$s") c_copy+=("i$k:${p[$((4 * k + 2))]}:$s") c_ha+=("i$k:${p[$((4 * k + 3))]}:$s")
+    specs+=("i$k:${p[$((4 * k + 1))]}:${p[$((4 * k + 2))]}:${p[$((4 * k + 3))]}:$s")
 done
-pin_config "$D/pin.yaml" "$PIN" "${c_splice[@]}"
-pin_config "$D/copy.yaml" "$PIN" "${c_copy[@]}"
-haproxy_config "$D/ha.cfg" 2 9000 "${c_ha[@]}"
-start_proxies
-start_copying_pin
+start_splice_copy_ha "${specs[@]}"
 p_splice=$PID_PIN p_copy=$PID_COPY p_ha=$PID_HA
-sleep 1.5 # pin-proxy's start-up probes reach iperf3 first; let them pass
 busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 one() { # NAME PID PORT...
     local name=$1 pid=$2 b0 b1 args=() pids=()
