@@ -3,9 +3,12 @@
 //! `health.stall_timeout` received nothing from it in that time, while a
 //! connection of another usable backend of the pool did receive bytes in
 //! it. The comparison keeps a quiet network (no backend sends) from taking
-//! anyone out; connections younger than the timeout are not judged, so new
-//! clients that get a fresh handshake do not hide a node that stopped
-//! relaying to its existing peers.
+//! anyone out. A connection younger than the timeout cannot have been
+//! silent that long: it is not judged, unless it is still receiving (a
+//! sample after its first saw its bytes grow), and then the backend is not
+//! stalled. So the burst a new client gets at once (a handshake) does not
+//! hide a node that stopped relaying to its existing peers, and a node
+//! that is answering its young connections is never taken for stalled.
 //!
 //! Under `health.stall_rule: request` a connection is silent only while
 //! it owes an answer (its client sent bytes after the backend's last
@@ -115,11 +118,12 @@ pub(in crate::pool) fn stalled(
                 StallRule::Request => h.owes_since.is_some_and(|t| t <= since),
             }
     };
+    // Old enough to judge, or young and still receiving (never silent).
     let judged: Vec<&Heard> = b
         .traffic()
         .conns
         .values()
-        .filter(|h| h.first <= since)
+        .filter(|h| h.first <= since || h.changed > h.first)
         .collect();
     if judged.is_empty() || !judged.iter().all(|h| silent(h)) {
         return None;

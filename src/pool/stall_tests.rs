@@ -1,7 +1,8 @@
 //! The stall rule under paused time, with the probe results that sample
 //! it: a backend whose connections went silent while another's received is
 //! `stalled` after `fall` probes (and drained); a quiet pool changes
-//! nothing; young connections are not judged; a probe that fails keeps its
+//! nothing; young connections are not judged unless still receiving, and
+//! then their backend is not stalled; a probe that fails keeps its
 //! own verdict. Under `stall_rule: request` only a connection that owes an
 //! answer can be silent.
 
@@ -176,6 +177,38 @@ async fn young_connections_are_not_judged_and_do_not_hide_old_silent_ones() {
     let fresh = connect(&pool, 3, "a");
     fresh.closer.bytes_down.fetch_add(100, Ordering::Relaxed);
     assert_eq!(probe(&pool, "a").0, ProbeOutcome::Stalled);
+}
+
+/// The contract's "every spliced connection received nothing": a young
+/// connection that is still being answered is one that did not, so its
+/// backend is not stalled, however long an older one has been silent.
+#[tokio::test(start_paused = true)]
+async fn a_young_connection_still_receiving_keeps_its_backend_from_stalling() {
+    let pool = pool("10s");
+    let a = connect(&pool, 1, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    run(&pool, &a, &b, 8, false).await;
+    // A new client on a; its first sample sees its handshake.
+    let fresh = connect(&pool, 3, "a");
+    fresh.closer.bytes_down.fetch_add(100, Ordering::Relaxed);
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy);
+    // a answers it at every step, past the old one's 10 s of silence.
+    for step in 1..=6 {
+        run(&pool, &a, &b, 1, false).await;
+        fresh.closer.bytes_down.fetch_add(10, Ordering::Relaxed);
+        let (outcome, detail) = probe(&pool, "a");
+        assert_eq!(outcome, ProbeOutcome::Healthy, "step {step}: {detail}");
+    }
+    assert_eq!(state(&pool, "a"), State::Healthy);
+    assert!(!fresh.closer.is_closing() && !a.closer.is_closing());
+    // Once a stops answering it too, both are silent: stalled after 10 s.
+    run(&pool, &a, &b, 9, false).await;
+    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "9 s since its last byte");
+    run(&pool, &a, &b, 1, false).await;
+    let (outcome, detail) = probe(&pool, "a");
+    assert_eq!(outcome, ProbeOutcome::Stalled);
+    assert!(detail.contains("2 connections received nothing"), "{detail}");
 }
 
 #[tokio::test(start_paused = true)]
