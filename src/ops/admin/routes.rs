@@ -213,6 +213,13 @@ async fn route(
     request: Result<AdminRequest, RouteError>,
     ctx: &Ctx,
 ) -> Result<Answer, Fail> {
+    // Every POST, before anything about it is judged: a page elsewhere
+    // cannot read what the GET routes answer (no CORS headers), but it can
+    // make a browser send a POST, and it learns nothing from a 403 alone.
+    if req.method() == Method::POST {
+        origin::check(req.headers())
+            .map_err(|e| Fail::new(StatusCode::FORBIDDEN, e.to_string()))?;
+    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -233,12 +240,6 @@ async fn route(
             return Ok(answer);
         }
     };
-    // Commands only: a page elsewhere cannot read what the GET routes
-    // answer (no CORS headers), but it can make a browser send a POST.
-    if req.method() == Method::POST {
-        origin::check(req.headers())
-            .map_err(|e| Fail::new(StatusCode::FORBIDDEN, e.to_string()))?;
-    }
     read_body(req.into_body()).await?;
     match request {
         AdminRequest::Page => Ok(ctx.page.answer()),

@@ -68,6 +68,16 @@ async fn commands_from_another_site_are_refused_and_change_nothing() {
             "/connections/1/close",
             "/reload",
             "/upgrade",
+            // Refused before anything about the request is judged: a bad
+            // or missing parameter, an unknown name, a route that takes no
+            // POST, no route at all.
+            "/pools/p/backends/a/quarantine?for=bad",
+            "/pools/p/backends/a/quarantine",
+            "/pools/p/backends/a/shed?count=0",
+            "/pools/nope/backends/a/release",
+            "/connections/abc/close",
+            "/healthz",
+            "/nowhere",
         ] {
             let answer = request_with(admin, "POST", path, headers).await;
             assert_eq!(answer.status, 403, "{path} {headers:?}: {}", answer.body);
