@@ -15,8 +15,8 @@ use pin_proxy::admin_cli;
 #[derive(Debug, Parser)]
 #[command(name = "pin-proxy", version, propagate_version = true)]
 pub(crate) struct Cli {
-    /// Config file [default: config.yaml].
-    #[arg(short, long, env = "PIN_PROXY_CONFIG")]
+    /// Config file [default: config.yaml, env PIN_PROXY_CONFIG].
+    #[arg(short, long)]
     pub(crate) config: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Option<Command>,
@@ -34,6 +34,14 @@ pub(crate) struct ConfigArg {
 
 /// Where the config is when nobody says: `./config.yaml`.
 const DEFAULT_CONFIG: &str = "config.yaml";
+
+/// The config `PIN_PROXY_CONFIG` names; unset and empty are alike (a blank
+/// `Environment=` line, an `export PIN_PROXY_CONFIG=`), so `./config.yaml`.
+pub(crate) fn config_from_env() -> Option<PathBuf> {
+    std::env::var_os("PIN_PROXY_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -181,13 +189,17 @@ pub(crate) struct AdminArg {
 }
 
 impl AdminArg {
-    /// The endpoint to call. A config named with `-c` (or the environment)
-    /// must be usable: falling back to the default would reach another
-    /// instance.
-    pub(crate) fn resolve(self, top: Option<PathBuf>) -> anyhow::Result<admin_cli::Instance> {
+    /// The endpoint to call. When a config named with `-c` (or the
+    /// environment) gives no address, the default is tried after a warning
+    /// on stderr: it may be another instance's.
+    pub(crate) fn resolve(self, top: Option<PathBuf>) -> admin_cli::Instance {
         let named = self.config.config.is_some() || top.is_some();
         let path = self.config.or(top);
-        admin_cli::Instance::resolve(self.admin, &path, named)
+        let instance = admin_cli::Instance::resolve(self.admin, &path);
+        if let Some(why) = instance.defaulted().filter(|_| named) {
+            eprintln!("warning: no --admin given and {why}");
+        }
+        instance
     }
 }
 

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     let command = cli.command.unwrap_or(Command::Run {
         config: ConfigArg::default(),
     });
-    let top = cli.config;
+    let top = cli.config.or_else(cli::config_from_env);
     if let Some(name) = command.reads_no_config()
         && given
     {
@@ -53,9 +53,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let call_admin = |admin: AdminArg, call: Call| -> ExitCode {
-        let sent = admin
-            .resolve(top.clone())
-            .and_then(|addr| block_on(call.send(&addr)));
+        let addr = admin.resolve(top.clone());
+        let sent = block_on(call.send(&addr));
         match sent {
             Ok(out) => {
                 print!("{out}");

@@ -204,11 +204,18 @@ async fn a_young_connection_still_receiving_keeps_its_backend_from_stalling() {
     assert!(!fresh.closer.is_closing() && !a.closer.is_closing());
     // Once a stops answering it too, both are silent: stalled after 10 s.
     run(&pool, &a, &b, 9, false).await;
-    assert_eq!(probe(&pool, "a").0, ProbeOutcome::Healthy, "9 s since its last byte");
+    assert_eq!(
+        probe(&pool, "a").0,
+        ProbeOutcome::Healthy,
+        "9 s since its last byte"
+    );
     run(&pool, &a, &b, 1, false).await;
     let (outcome, detail) = probe(&pool, "a");
     assert_eq!(outcome, ProbeOutcome::Stalled);
-    assert!(detail.contains("2 connections received nothing"), "{detail}");
+    assert!(
+        detail.contains("2 connections received nothing"),
+        "{detail}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

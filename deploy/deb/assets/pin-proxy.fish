@@ -24,7 +24,7 @@ function __fish_pin_proxy_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c pin-proxy -n "__fish_pin_proxy_needs_command" -s c -l config -d 'Config file [default: config.yaml]' -r -F
+complete -c pin-proxy -n "__fish_pin_proxy_needs_command" -s c -l config -d 'Config file [default: config.yaml, env PIN_PROXY_CONFIG]' -r -F
 complete -c pin-proxy -n "__fish_pin_proxy_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c pin-proxy -n "__fish_pin_proxy_needs_command" -s V -l version -d 'Print version'
 complete -c pin-proxy -n "__fish_pin_proxy_needs_command" -f -a "run" -d 'Run the balancer (the default command)'

@@ -1,6 +1,7 @@
 //! Which admin endpoint a command talks to, and why that one: `--admin`,
 //! else the config's `admin.listen`, else the default address. When the
-//! default was used, errors say what was wrong with the config.
+//! default was used, errors say what was wrong with the config (and `-c`
+//! or the environment naming that config gets a warning first).
 
 use std::path::{Path, PathBuf};
 
@@ -29,19 +30,14 @@ enum Source {
 
 impl Instance {
     /// `--admin ADDR` when given, else the `admin.listen` of the config at
-    /// `config`, else [`DEFAULT_ADMIN`] (remembering why). When the config
-    /// was `named` (`-c` or the environment), it must be usable and have an
-    /// `admin.listen`: falling back to the default address would act on
-    /// another instance.
-    ///
-    /// # Errors
-    /// A `named` config that is missing, invalid or has no `admin.listen`.
-    pub fn resolve(flag: Option<String>, config: &Path, named: bool) -> anyhow::Result<Instance> {
+    /// `config`, else [`DEFAULT_ADMIN`], remembering why (a config that is
+    /// missing, invalid or has no `admin.listen`), whoever named the file.
+    pub fn resolve(flag: Option<String>, config: &Path) -> Instance {
         if let Some(addr) = flag {
-            return Ok(Instance {
+            return Instance {
                 addr,
                 source: Source::Flag,
-            });
+            };
         }
         let why = match std::fs::metadata(config) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -51,28 +47,28 @@ impl Instance {
                 Ok(Config {
                     admin: Some(admin), ..
                 }) => {
-                    return Ok(Instance {
+                    return Instance {
                         addr: admin.listen.to_string(),
                         source: Source::Config(config.to_owned()),
-                    });
+                    };
                 }
-                Ok(_) if named => anyhow::bail!(
-                    "{} has no admin.listen: the instance it configures has no admin \
-                     endpoint; pass --admin ADDR to reach another",
-                    config.display()
-                ),
                 Ok(_) => format!("{} has no admin.listen", config.display()),
-                Err(e) if named => anyhow::bail!("{e}"),
                 Err(e) => format!("the config could not be used ({e})"),
             },
         };
-        if named {
-            anyhow::bail!("{why}; pass --admin ADDR, or -c the running instance's config");
-        }
-        Ok(Instance {
+        Instance {
             addr: DEFAULT_ADMIN.to_owned(),
             source: Source::Default(why),
-        })
+        }
+    }
+
+    /// Why [`DEFAULT_ADMIN`] is used, when it is: for a warning where a
+    /// config was named (`-c`, the environment) and gave no address.
+    pub fn defaulted(&self) -> Option<String> {
+        match &self.source {
+            Source::Default(why) => Some(format!("{why}; trying {DEFAULT_ADMIN}")),
+            Source::Flag | Source::Config(_) => None,
+        }
     }
 
     /// An address given on the command line.
@@ -119,13 +115,13 @@ mod tests {
     fn the_flag_wins_then_the_config_then_the_default_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        let flagged = Instance::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
+        let flagged = Instance::resolve(Some("127.0.0.1:1".to_owned()), &path);
         assert_eq!(
             (flagged.addr(), flagged.note()),
             ("127.0.0.1:1", String::new())
         );
 
-        let missing = Instance::resolve(None, &path, false).unwrap();
+        let missing = Instance::resolve(None, &path);
         assert_eq!(missing.addr(), DEFAULT_ADMIN);
         let note = missing.note();
         assert!(
@@ -135,7 +131,7 @@ mod tests {
         assert!(note.contains("--admin ADDR"), "{note}");
 
         std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
-        let invalid = Instance::resolve(None, &path, false).unwrap();
+        let invalid = Instance::resolve(None, &path);
         assert_eq!(invalid.addr(), DEFAULT_ADMIN);
         assert!(
             invalid.note().contains("the config could not be used ("),
@@ -147,7 +143,7 @@ mod tests {
         let pool =
             "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
         std::fs::write(&path, pool).unwrap();
-        let bare = Instance::resolve(None, &path, false).unwrap();
+        let bare = Instance::resolve(None, &path);
         assert!(
             bare.note().contains("has no admin.listen"),
             "{}",
@@ -159,7 +155,7 @@ mod tests {
             format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}"),
         )
         .unwrap();
-        let configured = Instance::resolve(None, &path, false).unwrap();
+        let configured = Instance::resolve(None, &path);
         assert_eq!(configured.addr(), "127.0.0.1:9911");
         assert_eq!(configured.note(), "");
         assert!(
@@ -170,31 +166,34 @@ mod tests {
     }
 
     #[test]
-    fn a_named_config_that_cannot_be_used_is_an_error_not_the_default() {
+    fn a_config_that_gives_no_address_falls_back_to_the_default_and_says_why() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        let error = |path: &Path| match Instance::resolve(None, path, true) {
-            Ok(t) => panic!("resolved to {}", t.addr()),
-            Err(e) => format!("{e:#}"),
+        let why = |path: &Path| {
+            let t = Instance::resolve(None, path);
+            assert_eq!(t.addr(), DEFAULT_ADMIN);
+            t.defaulted().expect("defaulted")
         };
-        assert!(
-            error(&path).contains("no config file at"),
-            "{}",
-            error(&path)
-        );
+        assert!(why(&path).contains("no config file at"), "{}", why(&path));
         std::fs::write(&path, "pools: [ { name: BAD } ]\n").unwrap();
-        assert!(error(&path).contains("config.yaml"), "{}", error(&path));
-        assert!(error(&path).contains("pools[0].name"), "{}", error(&path));
+        assert!(why(&path).contains("pools[0].name"), "{}", why(&path));
         let pool =
             "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n";
         std::fs::write(&path, pool).unwrap();
+        assert!(why(&path).contains("has no admin.listen"), "{}", why(&path));
         assert!(
-            error(&path).contains("has no admin.listen"),
+            why(&path).ends_with("trying 127.0.0.1:9900"),
             "{}",
-            error(&path)
+            why(&path)
         );
-        // --admin needs no config at all.
-        let flagged = Instance::resolve(Some("127.0.0.1:1".to_owned()), &path, true).unwrap();
-        assert_eq!(flagged.addr(), "127.0.0.1:1");
+        // --admin needs no config at all, and a config's address is no default.
+        let flagged = Instance::resolve(Some("127.0.0.1:1".to_owned()), &path);
+        assert_eq!((flagged.addr(), flagged.defaulted()), ("127.0.0.1:1", None));
+        std::fs::write(
+            &path,
+            format!("admin: {{ listen: 127.0.0.1:9911 }}\n{pool}"),
+        )
+        .unwrap();
+        assert_eq!(Instance::resolve(None, &path).defaulted(), None);
     }
 }

@@ -327,8 +327,15 @@ async fn status_says_which_config_it_looked_for_before_the_default() {
     );
 }
 
+/// The contract's "`--admin` defaults to the `admin.listen` of the config
+/// if one is found, else `127.0.0.1:9900`", also for a config named with
+/// `-c` or the environment: tried after a warning saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_named_with_c_that_cannot_be_used_is_an_error_for_every_command() {
+async fn a_config_named_with_c_that_gives_no_address_falls_back_to_the_default_with_a_warning() {
+    if std::net::TcpStream::connect(admin_cli_default()).is_ok() {
+        eprintln!("skipping: something answers on {}", admin_cli_default());
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("none.yaml");
     let invalid = dir.path().join("bad.yaml");
@@ -349,12 +356,24 @@ async fn a_config_named_with_c_that_cannot_be_used_is_an_error_for_every_command
     let cases = [
         (
             &missing,
-            format!("error: no config file at {}", missing.display()),
+            format!(
+                "warning: no --admin given and no config file at {}",
+                missing.display()
+            ),
         ),
-        (&invalid, format!("error: {}: pools[0]", invalid.display())),
+        (
+            &invalid,
+            format!(
+                "warning: no --admin given and the config could not be used ({}: pools[0]",
+                invalid.display()
+            ),
+        ),
         (
             &bare,
-            format!("error: {} has no admin.listen", bare.display()),
+            format!(
+                "warning: no --admin given and {} has no admin.listen",
+                bare.display()
+            ),
         ),
     ];
     for (path, first) in &cases {
@@ -367,26 +386,62 @@ async fn a_config_named_with_c_that_cannot_be_used_is_an_error_for_every_command
             ] {
                 let (code, out, err) = cli(&args).await;
                 assert_eq!((code, out.as_str()), (Some(1), ""), "{args:?}: {err}");
-                assert!(err.starts_with(first.as_str()), "{args:?}: {err}");
+                let mut lines = err.lines();
+                let warning = lines.next().unwrap_or_default();
+                assert!(warning.starts_with(first.as_str()), "{args:?}: {err}");
                 assert!(
-                    !err.contains("cannot reach"),
-                    "{args:?}: nothing is called: {err}"
+                    warning.ends_with("; trying 127.0.0.1:9900"),
+                    "{args:?}: {err}"
+                );
+                assert!(
+                    lines.next().unwrap_or_default().starts_with(
+                        "error: cannot reach pin-proxy admin at 127.0.0.1:9900 (the default)"
+                    ),
+                    "{args:?}: {err}"
                 );
             }
         }
     }
-    // The environment names a config as -c does.
+    // The environment names a config as -c does; set but empty, it names none.
+    for (value, warned) in [(invalid.as_os_str(), true), ("".as_ref(), false)] {
+        let out = tokio::process::Command::new(binary())
+            .arg("status")
+            .current_dir(dir.path())
+            .env("PIN_PROXY_CONFIG", value)
+            .output();
+        let out = within("pin-proxy status", T, out).await.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{value:?}: {err}");
+        assert_eq!(err.starts_with("warning: "), warned, "{value:?}: {err}");
+        assert!(
+            err.contains("127.0.0.1:9900 (the default)"),
+            "{value:?}: {err}"
+        );
+    }
+}
+
+/// `PIN_PROXY_CONFIG` set but empty (a blank `Environment=` line) is unset:
+/// `./config.yaml` is read, not a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_config_variable_means_the_default_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        "pools:\n  - name: here\n    listen: 127.0.0.1:0\n    backends: [\"127.0.0.1:9\"]\n",
+    )
+    .unwrap();
     let out = tokio::process::Command::new(binary())
-        .arg("status")
-        .env("PIN_PROXY_CONFIG", &invalid)
+        .arg("check")
+        .current_dir(dir.path())
+        .env("PIN_PROXY_CONFIG", "")
         .output();
-    let out = within("pin-proxy status", T, out).await.unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.starts_with(&format!("error: {}: pools[0]", invalid.display())),
-        "{err}"
+    let out = within("pin-proxy check", T, out).await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("here"), "{stdout}");
 }
 
 fn admin_cli_default() -> &'static str {
