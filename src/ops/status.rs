@@ -118,9 +118,10 @@ pub struct BackendStatus {
     pub source_fallbacks: u64,
     /// What the node told its probe: services (hex and names), protocol
     /// and user agent (`bitcoin-p2p`), server version and genesis
-    /// (`electrum*`), coin and version (`blockbook`). Left out until a
-    /// probe has told.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (`electrum*`), coin and version (`blockbook`). `null` until a
+    /// probe has told, and for probes that read none (`connect`, `http`),
+    /// as every other optional field.
+    #[serde(default)]
     pub node: Option<NodeFacts>,
 }
 

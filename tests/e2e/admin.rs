@@ -120,6 +120,8 @@ async fn status_and_metrics_count_live_and_closed_connections_and_bytes() {
     assert_eq!(a["state"], "healthy");
     assert_eq!(a["quarantine"], Value::Null);
     assert_eq!(a["last_probe"]["outcome"], "healthy");
+    // A `connect` probe reads no node facts: the key is there, `null`.
+    assert_eq!(a.get("node"), Some(&Value::Null), "{a}");
     let b = backend(&s, "p", "b");
     assert_eq!(
         (b["state"].as_str(), b["backup"].as_bool()),
