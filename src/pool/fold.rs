@@ -16,6 +16,17 @@ pub const LIMIT: u32 = 5;
 /// The folding window, and so the period of the summary lines.
 pub const WINDOW: Duration = Duration::from_secs(1);
 
+/// A counted event gets a line of its own for each of its first this many.
+pub const EACH_UP_TO: u64 = 16;
+
+/// Whether the `n`-th (from 1) of a counted run of like events gets its
+/// line: each of the first [`EACH_UP_TO`], then the 32nd, 64th, 128th ...;
+/// every one is counted elsewhere. So a handful, as a test or an operator
+/// makes, each shows, and a run of thousands costs a line per doubling.
+pub fn nth_logged(n: u64) -> bool {
+    n <= EACH_UP_TO || n.is_power_of_two()
+}
+
 /// What to do with one occurrence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hit {
@@ -175,6 +186,14 @@ impl<K: Eq + Hash + Copy> Folds<K> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn each_of_the_first_sixteen_then_each_doubling() {
+        let logged: Vec<u64> = (1..=200).filter(|&n| nth_logged(n)).collect();
+        let want: Vec<u64> = (1..=16).chain([32, 64, 128]).collect();
+        assert_eq!(logged, want);
+    }
+
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);

@@ -182,7 +182,8 @@ impl Legs<'_> {
     }
 
     /// Remember that `backend` refused the address `source`; logged at
-    /// its 1st, 2nd, 4th, 8th ... close in a row.
+    /// each of its first 16 closes in a row, then the 32nd, 64th ...
+    /// ([`fold::nth_logged`](crate::pool::fold::nth_logged)).
     fn record_refused(&self, backend: BackendId, source: IpAddr, client: IpAddr) {
         let config = self.pool.config();
         let q = &config.quarantine;
@@ -194,7 +195,7 @@ impl Legs<'_> {
             return;
         };
         b.stats().refused_by_node.fetch_add(1, Ordering::Relaxed);
-        if count.is_power_of_two() {
+        if crate::pool::fold::nth_logged(u64::from(count)) {
             info!(
                 pool = %self.pool.name, backend = %b.config().name, client = %client, count,
                 "refused_by_node"

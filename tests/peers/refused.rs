@@ -97,6 +97,18 @@ fn garbage_from_one_address_quarantines_no_node() {
         );
         assert_eq!(first["pool"], "ltc");
     }
+    // Every refusal has its line (a handful: far below where they thin
+    // out), each node's counting its closes in a row from 1.
+    assert_eq!(refused.len(), 9, "{refused:?}");
+    for name in ["a", "b", "c"] {
+        let counts: Vec<u64> = refused
+            .iter()
+            .filter(|e| e["backend"] == name)
+            .filter_map(|e| e["count"].as_u64())
+            .collect();
+        let want: Vec<u64> = (1..=counts.len() as u64).collect();
+        assert_eq!(counts, want, "{name}: {refused:?}");
+    }
     // Steered: its first three connections went to three different nodes.
     let landed: Vec<String> = proxy
         .named("connected")

@@ -201,14 +201,15 @@ fn log_failure(
 
 /// The client and the backend are of different address families, so the
 /// connection was made from the proxy's own address: counted, and logged
-/// at the backend's 1st, 2nd, 4th, 8th ... such connection.
+/// at each of the backend's first 16 such connections, then the 32nd,
+/// 64th ... ([`fold::nth_logged`](crate::pool::fold::nth_logged)).
 fn source_fallback(pool: &Pool, target: &Target, conn: ConnId, peer: SocketAddr) {
     let count = target
         .stats
         .source_fallbacks
         .fetch_add(1, Ordering::Relaxed)
         + 1;
-    if count.is_power_of_two() {
+    if crate::pool::fold::nth_logged(count) {
         info!(
             pool = %pool.name, backend = %target.config.name, conn, client = %peer,
             source = %pool.config().source, count, "source_fallback"
