@@ -1,5 +1,5 @@
 //! Tracing setup: one event per line, JSON (flat objects) or text
-//! (`key=value`), to stdout or a daily-rotated file ([`DailyFile`]), through a non-blocking
+//! (`key=value`, [`Logfmt`]), to stdout or a daily-rotated file ([`DailyFile`]), through a non-blocking
 //! writer that is flushed when the returned guard drops.
 
 use std::io;
@@ -9,6 +9,7 @@ use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 use super::log_lists::ArraysInJson;
+use super::log_text::Logfmt;
 use super::logfile::DailyFile;
 use crate::config::{LogConfig, LogFormat};
 
@@ -71,7 +72,7 @@ pub fn init(config: &LogConfig) -> anyhow::Result<LogGuard> {
             .with_span_list(false)
             .map_event_format(ArraysInJson)
             .try_init(),
-        LogFormat::Text => base.with_ansi(false).try_init(),
+        LogFormat::Text => base.with_ansi(false).fmt_fields(Logfmt).try_init(),
     };
     installed.map_err(|e| anyhow::anyhow!("install log subscriber: {e}"))?;
     Ok(LogGuard(guard))

@@ -11,6 +11,7 @@ pub mod drain;
 pub mod handover;
 pub mod limits;
 mod log_lists;
+mod log_text;
 mod logfile;
 pub mod logging;
 pub mod notify;
