@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Lines logged in full per window, per pool and reason.
-pub const LIMIT: u32 = 5;
+pub const LIMIT: u32 = 20;
 /// The folding window, and so the period of the summary lines.
 pub const WINDOW: Duration = Duration::from_secs(1);
 

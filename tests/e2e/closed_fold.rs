@@ -19,7 +19,7 @@ const T: Duration = Duration::from_secs(20);
 const FLOOD: usize = 1_000;
 const PARALLEL: usize = 32;
 /// Lines shown in full per second, pool and reason (the proxy's limit).
-const LIMIT: usize = 5;
+const LIMIT: usize = 20;
 
 /// The `closed` lines so far: (shown in full, summaries).
 fn closed_lines(events: &[Value]) -> (Vec<Value>, Vec<Value>) {

@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(10);
 const FLOOD: usize = 2_000;
 const PARALLEL: usize = 32;
 /// Lines shown in full per second (the proxy's folding limit).
-const LIMIT: usize = 5;
+const LIMIT: usize = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_refused_clients_is_folded_into_counts() {
