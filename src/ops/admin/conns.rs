@@ -68,16 +68,30 @@ pub(super) fn query(query: &str) -> Result<ConnQuery, Fail> {
 /// `10.0.0.0/8`, `2001:db8::/32`, or one address (`10.1.2.3`).
 fn network(value: &str) -> Result<IpNet, Fail> {
     if let Ok(net) = value.parse::<IpNet>() {
-        return Ok(net.trunc());
+        return Ok(as_ipv4(net.trunc()));
     }
     value
         .parse::<std::net::IpAddr>()
-        .map(IpNet::from)
+        .map(|ip| IpNet::from(ip.to_canonical()))
         .map_err(|_| {
             bad(format!(
                 "bad client {value:?}: a network (10.0.0.0/8, 2001:db8::/32) or an address"
             ))
         })
+}
+
+/// An IPv4-mapped network (`::ffff:10.0.0.0/104`) as the IPv4 one it
+/// names: clients are listed by their IPv4 address, whichever way they
+/// were accepted.
+fn as_ipv4(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => v6
+            .addr()
+            .to_ipv4_mapped()
+            .and_then(|v4| ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).ok())
+            .map_or(net, IpNet::V4),
+        _ => net,
+    }
 }
 
 fn limit(value: &str) -> Result<usize, Fail> {
@@ -174,6 +188,21 @@ mod tests {
         // Host bits are dropped: the network is what is meant.
         let host = query("client=10.1.2.3/8").unwrap();
         assert_eq!(host.client, Some("10.0.0.0/8".parse().unwrap()));
+        // IPv4-mapped: the IPv4 address or network, as clients are listed.
+        for (mapped, v4) in [
+            ("::ffff:127.0.0.1", "127.0.0.1/32"),
+            ("::ffff:10.1.0.0/112", "10.1.0.0/16"),
+            ("::ffff:0:0/96", "0.0.0.0/0"),
+        ] {
+            let q = query(&format!("client={mapped}")).unwrap();
+            assert_eq!(q.client, Some(v4.parse().unwrap()), "{mapped}");
+        }
+        let wide = query("client=::/64").unwrap();
+        assert_eq!(
+            wide.client,
+            Some("::/64".parse().unwrap()),
+            "not mapped: kept"
+        );
     }
 
     #[test]
