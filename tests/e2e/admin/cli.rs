@@ -68,6 +68,7 @@ async fn status_command_prints_a_table_and_the_contract_json() {
             "height",
             "last_probe",
             "name",
+            "node",
             "quarantine",
             "refused_by_node",
             "source_fallbacks",
