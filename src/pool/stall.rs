@@ -4,11 +4,15 @@
 //! connection of another usable backend of the pool did receive bytes in
 //! it. The comparison keeps a quiet network (no backend sends) from taking
 //! anyone out. A connection younger than the timeout cannot have been
-//! silent that long: it is not judged, unless it is still receiving (a
-//! sample after its first saw its bytes grow), and then the backend is not
-//! stalled. So the burst a new client gets at once (a handshake) does not
-//! hide a node that stopped relaying to its existing peers, and a node
-//! that is answering its young connections is never taken for stalled.
+//! silent that long: it is not judged, unless it is being served (a sample
+//! saw its bytes grow after an earlier sample had already seen some), and
+//! then the backend is not stalled. So the burst a new client gets at once
+//! (a handshake, whether a sample comes before it or after) does not hide
+//! a node that stopped relaying to its existing peers, and a node that is
+//! answering its young connections is never taken for stalled. (A sample
+//! that falls inside the burst itself, between its first and last byte,
+//! makes it count: a young connection then defers the verdict until it has
+//! been silent for the timeout.)
 //!
 //! Under `health.stall_rule: request` a connection is silent only while
 //! it owes an answer (its client sent bytes after the backend's last
@@ -43,6 +47,9 @@ pub(in crate::pool) struct Heard {
     first: Instant,
     /// The first sample that saw it owe the answer it owes now.
     owes_since: Option<Instant>,
+    /// A sample saw it receive more after an earlier one had already seen
+    /// bytes from it: served, not just greeted.
+    served: bool,
 }
 
 /// The samples of one backend's connections.
@@ -68,6 +75,7 @@ pub(in crate::pool) fn sample(backends: &mut [Backend], now: Instant) {
                 Some(h) => {
                     let answered = h.bytes != bytes;
                     if answered {
+                        h.served |= h.bytes > 0;
                         h.bytes = bytes;
                         h.changed = now;
                         traffic.last_heard = Some(now);
@@ -91,6 +99,7 @@ pub(in crate::pool) fn sample(backends: &mut [Backend], now: Instant) {
                             changed: now,
                             first: now,
                             owes_since: owes.then_some(now),
+                            served: false,
                         },
                     );
                 }
@@ -118,12 +127,12 @@ pub(in crate::pool) fn stalled(
                 StallRule::Request => h.owes_since.is_some_and(|t| t <= since),
             }
     };
-    // Old enough to judge, or young and still receiving (never silent).
+    // Old enough to judge, or young and served (then it is not silent).
     let judged: Vec<&Heard> = b
         .traffic()
         .conns
         .values()
-        .filter(|h| h.first <= since || h.changed > h.first)
+        .filter(|h| h.first <= since || h.served)
         .collect();
     if judged.is_empty() || !judged.iter().all(|h| silent(h)) {
         return None;

@@ -218,6 +218,28 @@ async fn a_young_connection_still_receiving_keeps_its_backend_from_stalling() {
     );
 }
 
+/// A first sample that comes before the node's greeting does not make
+/// the greeting count as service: the old silent connection still decides.
+#[tokio::test(start_paused = true)]
+async fn a_greeting_after_the_first_sample_does_not_hide_a_stall() {
+    let pool = pool("10s");
+    let a = connect(&pool, 1, "a");
+    let b = connect(&pool, 2, "b");
+    probe(&pool, "a");
+    run(&pool, &a, &b, 11, false).await;
+    // A new client on a, sampled (by b's probe) before a greets it.
+    let fresh = connect(&pool, 3, "a");
+    probe(&pool, "b");
+    time::advance(Duration::from_millis(200)).await;
+    fresh.closer.bytes_down.fetch_add(100, Ordering::Relaxed);
+    let (outcome, detail) = probe(&pool, "a");
+    assert_eq!(outcome, ProbeOutcome::Stalled, "{detail}");
+    assert!(
+        detail.contains("1 connections received nothing"),
+        "{detail}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
     let pool = pool("10s");
