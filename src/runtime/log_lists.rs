@@ -1,5 +1,5 @@
 //! Log fields that are lists: written as JSON arrays in JSON logs (and as
-//! `["a","b"]` in text logs), though tracing records every field value as
+//! the quoted text `"[\"a\",\"b\"]"` in text logs), though tracing records every field value as
 //! a number, a bool or a string.
 //!
 //! The field's value is [`List`]: its `Display` is the JSON array. tracing's

@@ -1,8 +1,12 @@
 //! Text log fields as `key=value` (logfmt): a value is written bare when
-//! it is one plain word, else in double quotes with `"` and `\` escaped and
-//! control characters written as escapes. So `reason=client_closed` reads
-//! (and greps) as written, a value with spaces stays one value, and no
-//! value, whatever a peer put in it, can end the line or start another.
+//! it is one plain word (no whitespace, control character, `"` or `=`),
+//! else in double quotes with `"` and `\` escaped and control characters
+//! written as escapes, as logfmt parsers read them. So
+//! `reason=client_closed` reads (and greps) as written, a value with spaces
+//! stays one value, and no value, whatever a peer put in it, can end the
+//! line or start another. The `log.*` fields of events that come from the
+//! `log` crate (a library's) are left out, as tracing's own text format
+//! does; JSON lines keep them.
 
 use std::fmt;
 
@@ -42,6 +46,9 @@ impl Fields<'_> {
     }
 
     fn write(&mut self, name: &str, value: &str) -> fmt::Result {
+        if name.starts_with("log.") {
+            return Ok(());
+        }
         if !std::mem::take(&mut self.first) {
             self.out.write_char(' ')?;
         }
@@ -77,12 +84,13 @@ impl Visit for Fields<'_> {
     }
 }
 
-/// `value` bare when it is one plain word: not empty, no whitespace or
-/// control character, not starting with a quote; else quoted.
+/// `value` bare when it is one plain word: not empty, no whitespace,
+/// control character, `"` or `=`; else quoted.
 fn write_value(out: &mut impl fmt::Write, value: &str) -> fmt::Result {
     let bare = !value.is_empty()
-        && !value.starts_with('"')
-        && !value.chars().any(|c| c.is_whitespace() || c.is_control());
+        && !value
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=');
     if bare {
         return out.write_str(value);
     }
@@ -127,8 +135,9 @@ mod tests {
         assert_eq!(value("client_closed"), "client_closed");
         assert_eq!(value("127.0.0.1:8333"), "127.0.0.1:8333");
         assert_eq!(value("[::1]:8333"), "[::1]:8333");
-        assert_eq!(value(r#"["a","b"]"#), r#"["a","b"]"#);
-        assert_eq!(value("a=b"), "a=b");
+        assert_eq!(value(r#"["a","b"]"#), r#""[\"a\",\"b\"]""#);
+        assert_eq!(value("a=b"), r#""a=b""#);
+        assert_eq!(value("/path/x-1_2.3,4:5"), "/path/x-1_2.3,4:5");
         assert_eq!(value(""), r#""""#);
         assert_eq!(
             value("connection refused (os error 111)"),
@@ -168,12 +177,18 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let err = "connection refused\nINFO forged";
             tracing::info!(pool = "p", conn = 7u64, up = true, reason = "client_closed", err = %err, "closed");
+            // As the `log` crate's records arrive: their origin left out.
+            tracing::info!(
+                log.target = "reqwest::connect",
+                log.line = 929u64,
+                "starting"
+            );
         });
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert_eq!(
             text,
             " INFO closed pool=p conn=7 up=true reason=client_closed \
-             err=\"connection refused\\nINFO forged\"\n"
+             err=\"connection refused\\nINFO forged\"\n INFO starting\n"
         );
     }
 }
