@@ -196,10 +196,13 @@ impl AdminArg {
         let named = self.config.config.is_some() || top.is_some();
         let path = self.config.or(top);
         let instance = admin_cli::Instance::resolve(self.admin, &path);
-        if let Some(why) = instance.defaulted().filter(|_| named) {
-            eprintln!("warning: no --admin given and {why}");
+        match instance.defaulted().filter(|_| named) {
+            Some(why) => {
+                eprintln!("warning: no --admin given and {why}");
+                instance.warned()
+            }
+            None => instance,
         }
-        instance
     }
 }
 

@@ -24,8 +24,8 @@ enum Source {
     Flag,
     /// `admin.listen` of this config file.
     Config(PathBuf),
-    /// [`DEFAULT_ADMIN`], for this reason.
-    Default(String),
+    /// [`DEFAULT_ADMIN`], for this reason (`None` once a warning said it).
+    Default(Option<String>),
 }
 
 impl Instance {
@@ -58,7 +58,7 @@ impl Instance {
         };
         Instance {
             addr: DEFAULT_ADMIN.to_owned(),
-            source: Source::Default(why),
+            source: Source::Default(Some(why)),
         }
     }
 
@@ -66,9 +66,18 @@ impl Instance {
     /// config was named (`-c`, the environment) and gave no address.
     pub fn defaulted(&self) -> Option<String> {
         match &self.source {
-            Source::Default(why) => Some(format!("{why}; trying {DEFAULT_ADMIN}")),
-            Source::Flag | Source::Config(_) => None,
+            Source::Default(Some(why)) => Some(format!("{why}; trying {DEFAULT_ADMIN}")),
+            Source::Default(None) | Source::Flag | Source::Config(_) => None,
         }
+    }
+
+    /// The same, its reason already given in a warning: no error repeats it.
+    pub fn warned(self) -> Instance {
+        let source = match self.source {
+            Source::Default(_) => Source::Default(None),
+            other => other,
+        };
+        Instance { source, ..self }
     }
 
     /// An address given on the command line.
@@ -98,11 +107,11 @@ impl Instance {
     /// default was used, with what to do; empty otherwise.
     pub fn note(&self) -> String {
         match &self.source {
-            Source::Default(why) => format!(
+            Source::Default(Some(why)) => format!(
                 "\nnote: no --admin given and {why}, so {DEFAULT_ADMIN} was tried; \
                  pass --admin ADDR, or -c the running instance's config"
             ),
-            Source::Flag | Source::Config(_) => String::new(),
+            Source::Default(None) | Source::Flag | Source::Config(_) => String::new(),
         }
     }
 }

@@ -400,6 +400,7 @@ async fn a_config_named_with_c_that_gives_no_address_falls_back_to_the_default_w
                     ),
                     "{args:?}: {err}"
                 );
+                assert!(!err.contains("note:"), "said once, not twice: {err}");
             }
         }
     }
