@@ -120,7 +120,7 @@ pub struct BackendStatus {
     /// and user agent (`bitcoin-p2p`), server version and genesis
     /// (`electrum*`), coin and version (`blockbook`). `null` until a
     /// probe has told, and for probes that read none (`connect`, `http`),
-    /// as every other optional field.
+    /// as `height`, `quarantine` and `last_probe` are.
     #[serde(default)]
     pub node: Option<NodeFacts>,
 }
