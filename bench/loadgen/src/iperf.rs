@@ -142,6 +142,17 @@ mod tests {
         found
     }
 
+    /// Whether a socket listens on 127.0.0.1:`port`, from /proc/net/tcp.
+    fn listening(port: u16) -> bool {
+        let local = format!("0100007F:{port:04X}");
+        std::fs::read_to_string("/proc/net/tcp").is_ok_and(|table| {
+            table.lines().skip(1).any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A")
+            })
+        })
+    }
+
     #[tokio::test]
     async fn one_client_per_target_and_the_figures_summed() {
         if !have_iperf3() {
@@ -163,11 +174,16 @@ mod tests {
             .iter()
             .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
             .collect();
-        // The servers may not listen yet: wait until both accept.
-        for t in &targets {
+        // The servers may not listen yet: wait until both do, without
+        // connecting (iperf3 -s takes any connection for a test and
+        // reopens its socket after it, refusing clients meanwhile).
+        for port in &ports {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while tokio::net::TcpStream::connect(t).await.is_err() {
-                assert!(tokio::time::Instant::now() < deadline, "iperf3 -s on {t}");
+            while !listening(*port) {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "iperf3 -s on {port}"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
