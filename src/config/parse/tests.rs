@@ -332,7 +332,7 @@ const FILE_RULES: &[(&str, &str, &str)] = &[
     ("defaults:\n  keepalive: { bogus: 1 }\n$POOL", "defaults.keepalive.bogus", "unknown field"),
     ("defaults:\n  quarantine: { max: 1m }\n$POOL", "defaults.quarantine.max", "shorter than"),
     ("defaults:\n  connect_timeout: 0s\n$POOL", "defaults.connect_timeout", "more than 0s"),
-    ("admin: { listen: 127.0.0.1:9900, allow: [] }\n$POOL", "admin.allow", "refuse every"),
+    ("admin: { listen: 127.0.0.1:9900, allow: [] }\n$POOL", "admin.allow", "admin: loopback only"),
     ("admin: { listen: 127.0.0.1:9900, allow: nope }\n$POOL", "admin.allow", "not a CIDR"),
     ("admin: { listen: 127.0.0.1:9333 }\n$POOL", "pools[0].listen", "used by admin.listen"),
     ("log: { format: xml }\n$POOL", "log.format", "unknown variant `xml`"),

@@ -162,8 +162,8 @@ pub(super) struct Cidr(pub(super) IpNet);
 
 impl FromScalar for Cidr {
     const EXPECTING: &'static str = "a CIDR like `10.0.0.0/8` or an IP address";
-    const EMPTY_LIST: &'static str =
-        "an empty allow list would refuse every client; remove the key to allow everyone";
+    const EMPTY_LIST: &'static str = "an empty allow list would refuse every client; remove \
+         the key for the default (a pool: every client; admin: loopback only)";
 
     fn from_scalar(s: &str) -> Result<Self, String> {
         let t = s.trim();
