@@ -5,6 +5,7 @@
 //! judges as the old one did and `/status` and `/metrics` go on from where
 //! they stood instead of from zero.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,12 @@ pub struct HandedPool {
     /// What its discover entries had found.
     #[serde(default)]
     pub discovered: Vec<HandedSource>,
+    /// Clients refused at accept, per reason (`pin_proxy_rejected_total`).
+    #[serde(default)]
+    pub rejected: BTreeMap<String, u64>,
+    /// Connections that ended without a backend, per `closed` reason.
+    #[serde(default)]
+    pub unplaced: BTreeMap<String, u64>,
 }
 
 /// One backend's handed over state.
@@ -144,6 +151,7 @@ impl Upgrade<'_> {
     /// This pool's state to hand over.
     pub fn state(&self) -> HandedPool {
         let snap = self.pool.view().overview();
+        let (rejected, unplaced) = self.pool.tally.handed();
         HandedPool {
             name: snap.name,
             rebalance_moves: snap.rebalance_moves,
@@ -158,6 +166,8 @@ impl Upgrade<'_> {
                 .collect(),
             health: self.pool.saved().save(),
             discovered: self.pool.discovery().hand_over_sources(),
+            rejected,
+            unplaced,
         }
     }
 
@@ -175,6 +185,9 @@ impl Upgrade<'_> {
         self.pool
             .rebalance_moves
             .fetch_add(handed.rebalance_moves, Ordering::Relaxed);
+        self.pool
+            .tally
+            .add_handed(&handed.rejected, &handed.unplaced);
         let backends = self.pool.backends();
         let mut matched = 0;
         for c in &handed.backends {
@@ -194,6 +207,7 @@ impl Upgrade<'_> {
             add(&s.bytes_down, n.bytes_down);
             add(&s.refused_by_node, n.refused_by_node);
             add(&s.source_fallbacks, n.source_fallbacks);
+            crate::pool::tally::add_closed(&s.closed, &n.closed);
             for o in ProbeOutcome::ALL {
                 add(&s.probes[o.index()], n.probe_count(o));
             }
@@ -301,6 +315,47 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.order.lock().unwrap().push(self.conn);
         }
+    }
+
+    /// What `/metrics` counts of how connections ended and of clients
+    /// refused goes on in the new process from where it stood, through the
+    /// handed state's JSON; a reason this build does not know is dropped.
+    #[test]
+    fn ends_and_rejects_are_handed_over_with_the_counters() {
+        let yaml = "pools:\n  - name: p\n    listen: 127.0.0.1:0\n    \
+                    backends: [{ name: a, addr: \"127.0.0.1:9\" }, { name: b, addr: \"127.0.0.1:10\" }]\n";
+        let config = Config::parse(yaml, "inline.yaml".as_ref()).unwrap();
+        let pool = |_| Arc::new(Pool::new(config.pools[0].clone(), CancellationToken::new()));
+        let old = pool(());
+        let b = old.backends().active[1].stats().clone();
+        for _ in 0..3 {
+            old.legs().count_closed(Some(&b), CloseReason::ClientClosed);
+        }
+        old.legs().count_closed(Some(&b), CloseReason::Drained);
+        old.legs().count_closed(None, CloseReason::NoBackend);
+        old.gate()
+            .count_rejected(crate::pool::admission::Refusal::PerSource);
+        old.gate()
+            .count_rejected(crate::pool::admission::Refusal::PerSource);
+        let before = old.view().ends();
+
+        let json = serde_json::to_string(&old.upgrade().state()).unwrap();
+        let mut handed: HandedPool = serde_json::from_str(&json).unwrap();
+        handed.rejected.insert("from_a_later_build".to_owned(), 7);
+        let new = pool(());
+        assert_eq!(new.upgrade().take(&handed), 2);
+        assert_eq!(new.view().ends(), before);
+        // And it goes on counting from there.
+        let b = new.backends().active[1].stats().clone();
+        new.legs().count_closed(Some(&b), CloseReason::ClientClosed);
+        let after = new.view().ends();
+        let client_closed = |ends: &crate::pool::tally::Ends| {
+            ends.closed.iter().find(|(name, _)| name == "b").unwrap().1
+                [CloseReason::ClientClosed.index()]
+            .1
+        };
+        assert_eq!((client_closed(&before), client_closed(&after)), (3, 4));
+        assert_eq!(after.rejected.get("per_source"), Some(&2));
     }
 
     /// A live upgrade stops the idlest connections first and the busiest

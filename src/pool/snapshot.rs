@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::pool::backend::{Backend, Suitability};
+use crate::pool::close::CloseReason;
 use crate::pool::discovered;
 use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
 use crate::pool::node::NodeFacts;
@@ -137,6 +138,10 @@ pub struct Counters {
     /// `source` (another address family).
     #[serde(default)]
     pub source_fallbacks: u64,
+    /// Its client connections that ended, per `closed` reason (those not
+    /// zero), as `pin_proxy_closed_total` counts them.
+    #[serde(default)]
+    pub closed: BTreeMap<String, u64>,
 }
 
 impl Counters {
@@ -167,8 +172,20 @@ impl Counters {
                 .collect(),
             refused_by_node: load(&stats.refused_by_node),
             source_fallbacks: load(&stats.source_fallbacks),
+            closed: nonzero(CloseReason::ALL.map(|r| (r.as_str(), load(&stats.closed[r.index()])))),
         }
     }
+}
+
+/// The counts of `counts` that are not zero, by name.
+pub(in crate::pool) fn nonzero<'a>(
+    counts: impl IntoIterator<Item = (&'a str, u64)>,
+) -> BTreeMap<String, u64> {
+    counts
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect()
 }
 
 /// One live client connection.

@@ -32,6 +32,19 @@ pub struct Ends {
     pub closed: Vec<(String, Vec<(CloseReason, u64)>)>,
 }
 
+/// Add `handed` (`closed` reason name → count) into `counts`; a name this
+/// build does not know is dropped.
+pub(in crate::pool) fn add_closed(
+    counts: &[AtomicU64; CloseReason::ALL.len()],
+    handed: &BTreeMap<String, u64>,
+) {
+    for (name, &n) in handed {
+        if let Some(r) = CloseReason::ALL.iter().find(|r| r.as_str() == name) {
+            counts[r.index()].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
 fn per_reason(counts: &[AtomicU64; CloseReason::ALL.len()]) -> Vec<(CloseReason, u64)> {
     CloseReason::ALL
         .iter()
@@ -51,6 +64,38 @@ impl Tally {
     pub(in crate::pool) fn count_closed(&self, stats: Option<&BackendStats>, reason: CloseReason) {
         let counts = stats.map_or(&self.unplaced, |s| &s.closed);
         counts[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts handed over by the process before a live upgrade: rejects
+    /// per reason and ends without a backend per reason, by name (a name
+    /// this build does not know is dropped).
+    pub(in crate::pool) fn add_handed(
+        &self,
+        rejected: &BTreeMap<String, u64>,
+        unplaced: &BTreeMap<String, u64>,
+    ) {
+        {
+            let mut mine = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
+            for (name, &n) in rejected {
+                if let Some(r) = Refusal::ALL.iter().find(|r| r.as_str() == name) {
+                    *mine.entry(r.as_str()).or_default() += n;
+                }
+            }
+        }
+        add_closed(&self.unplaced, unplaced);
+    }
+
+    /// The counts of rejects per reason and of ends without a backend per
+    /// reason, by name, not zero: what a live upgrade hands over.
+    pub(in crate::pool) fn handed(&self) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+        let rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
+        let rejected = rejected.iter().map(|(&name, &n)| (name, n));
+        let unplaced = CloseReason::ALL
+            .map(|r| (r.as_str(), self.unplaced[r.index()].load(Ordering::Relaxed)));
+        (
+            crate::pool::snapshot::nonzero(rejected),
+            crate::pool::snapshot::nonzero(unplaced),
+        )
     }
 
     /// The rejects and ends so far; `backends` gives each configured
