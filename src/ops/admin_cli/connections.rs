@@ -113,8 +113,8 @@ fn row(c: &Connection) -> [String; 10] {
 }
 
 /// `POST /connections/{conn}/close` for each of `conns`: one line each.
-/// Every one is tried; when any is unknown (or refused), the lines of
-/// those closed are in the error too.
+/// Every one is tried; when any is unknown, the lines of those closed go
+/// to stdout at once and the error names only the unknown ones.
 ///
 /// # Errors
 /// When the instance is unreachable, or any connection is unknown.
@@ -133,7 +133,10 @@ pub async fn close(admin: &Instance, conns: &[ConnId]) -> anyhow::Result<String>
     if failed.is_empty() {
         return Ok(done);
     }
-    Err(anyhow!("{done}{}", failed.join("\n")))
+    let mut stdout = std::io::stdout().lock();
+    let _ = std::io::Write::write_all(&mut stdout, done.as_bytes());
+    let _ = std::io::Write::flush(&mut stdout);
+    Err(anyhow!("{}", failed.join("\n")))
 }
 
 /// `POST /pools/{pool}/backends/{backend}/shed?count=N`.
