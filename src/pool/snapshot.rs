@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::pool::backend::{Backend, Suitability};
-use crate::pool::close::CloseReason;
 use crate::pool::discovered;
 use crate::pool::health::{ProbeOutcome, QuarantineReason, State};
 use crate::pool::node::NodeFacts;
@@ -172,20 +171,9 @@ impl Counters {
                 .collect(),
             refused_by_node: load(&stats.refused_by_node),
             source_fallbacks: load(&stats.source_fallbacks),
-            closed: nonzero(CloseReason::ALL.map(|r| (r.as_str(), load(&stats.closed[r.index()])))),
+            closed: crate::pool::tally::closed_by_name(&stats.closed),
         }
     }
-}
-
-/// The counts of `counts` that are not zero, by name.
-pub(in crate::pool) fn nonzero<'a>(
-    counts: impl IntoIterator<Item = (&'a str, u64)>,
-) -> BTreeMap<String, u64> {
-    counts
-        .into_iter()
-        .filter(|&(_, n)| n > 0)
-        .map(|(name, n)| (name.to_owned(), n))
-        .collect()
 }
 
 /// One live client connection.

@@ -61,6 +61,14 @@ fn connect(pool: &Arc<Pool>, id: u64, on: &str) -> Conn {
     }
 }
 
+/// A spliced connection on each backend, `a`'s first sample taken.
+fn pair(pool: &Arc<Pool>) -> (Conn, Conn) {
+    let a = connect(pool, 1, "a");
+    let b = connect(pool, 2, "b");
+    probe(pool, "a");
+    (a, b)
+}
+
 fn id(pool: &Pool, name: &str) -> BackendId {
     pool.probing()
         .probe_targets()
@@ -118,9 +126,7 @@ async fn run(pool: &Pool, a: &Conn, b: &Conn, secs: u64, a_sends: bool) {
 #[tokio::test(start_paused = true)]
 async fn a_silent_backend_beside_a_talking_one_is_stalled_and_drained() {
     let pool = pool("10s");
-    let a = connect(&pool, 1, "a");
-    let b = connect(&pool, 2, "b");
-    probe(&pool, "a");
+    let (a, b) = pair(&pool);
     // a talks for a while, then goes silent; b keeps talking.
     run(&pool, &a, &b, 3, true).await;
     run(&pool, &a, &b, 9, false).await;
@@ -162,9 +168,7 @@ async fn a_quiet_pool_changes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn young_connections_are_not_judged_and_do_not_hide_old_silent_ones() {
     let pool = pool("10s");
-    let a = connect(&pool, 1, "a");
-    let b = connect(&pool, 2, "b");
-    probe(&pool, "a");
+    let (a, b) = pair(&pool);
     run(&pool, &a, &b, 9, false).await;
     assert_eq!(
         probe(&pool, "a").0,
@@ -185,9 +189,7 @@ async fn young_connections_are_not_judged_and_do_not_hide_old_silent_ones() {
 #[tokio::test(start_paused = true)]
 async fn a_young_connection_still_receiving_keeps_its_backend_from_stalling() {
     let pool = pool("10s");
-    let a = connect(&pool, 1, "a");
-    let b = connect(&pool, 2, "b");
-    probe(&pool, "a");
+    let (a, b) = pair(&pool);
     run(&pool, &a, &b, 8, false).await;
     // A new client on a; its first sample sees its handshake.
     let fresh = connect(&pool, 3, "a");
@@ -223,9 +225,7 @@ async fn a_young_connection_still_receiving_keeps_its_backend_from_stalling() {
 #[tokio::test(start_paused = true)]
 async fn a_greeting_after_the_first_sample_does_not_hide_a_stall() {
     let pool = pool("10s");
-    let a = connect(&pool, 1, "a");
-    let b = connect(&pool, 2, "b");
-    probe(&pool, "a");
+    let (a, b) = pair(&pool);
     run(&pool, &a, &b, 11, false).await;
     // A new client on a, sampled (by b's probe) before a greets it.
     let fresh = connect(&pool, 3, "a");
@@ -243,9 +243,7 @@ async fn a_greeting_after_the_first_sample_does_not_hide_a_stall() {
 #[tokio::test(start_paused = true)]
 async fn a_failing_probe_keeps_its_verdict_and_off_means_off() {
     let pool = pool("10s");
-    let a = connect(&pool, 1, "a");
-    let b = connect(&pool, 2, "b");
-    probe(&pool, "a");
+    let (a, b) = pair(&pool);
     run(&pool, &a, &b, 11, false).await;
     let ida = id(&pool, "a");
     let epoch = pool.probing().epoch_of(ida).unwrap();
@@ -305,9 +303,7 @@ async fn under_request_quiet_clients_never_stall_their_backend() {
         ("request", ProbeOutcome::Healthy),
     ] {
         let pool = pool_with("10s", rule);
-        let a = connect(&pool, 1, "a");
-        let b = connect(&pool, 2, "b");
-        probe(&pool, "a");
+        let (a, b) = pair(&pool);
         // a's client got its answers, then asks nothing; b's keeps asking.
         run_requests(&pool, &a, &b, 2, true, true).await;
         run_requests(&pool, &a, &b, 30, false, false).await;
@@ -318,9 +314,7 @@ async fn under_request_quiet_clients_never_stall_their_backend() {
 #[tokio::test(start_paused = true)]
 async fn under_request_a_backend_that_leaves_requests_unanswered_is_stalled() {
     let pool = pool_with("10s", "request");
-    let a = connect(&pool, 1, "a");
-    let b = connect(&pool, 2, "b");
-    probe(&pool, "a");
+    let (a, b) = pair(&pool);
     run_requests(&pool, &a, &b, 3, true, true).await;
     // Idle for 20 s, then one request a never answers: the silence counts
     // from the request, not from a's last byte.

@@ -45,6 +45,23 @@ pub(in crate::pool) fn add_closed(
     }
 }
 
+/// `counts` by `closed` reason name, the reasons not at zero: as a live
+/// upgrade hands them over (the inverse of [`add_closed`]).
+pub(in crate::pool) fn closed_by_name(
+    counts: &[AtomicU64; CloseReason::ALL.len()],
+) -> BTreeMap<String, u64> {
+    nonzero(per_reason(counts).into_iter().map(|(r, n)| (r.as_str(), n)))
+}
+
+/// The counts of `counts` that are not zero, by name.
+fn nonzero<'a>(counts: impl IntoIterator<Item = (&'a str, u64)>) -> BTreeMap<String, u64> {
+    counts
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect()
+}
+
 fn per_reason(counts: &[AtomicU64; CloseReason::ALL.len()]) -> Vec<(CloseReason, u64)> {
     CloseReason::ALL
         .iter()
@@ -89,12 +106,9 @@ impl Tally {
     /// reason, by name, not zero: what a live upgrade hands over.
     pub(in crate::pool) fn handed(&self) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
         let rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
-        let rejected = rejected.iter().map(|(&name, &n)| (name, n));
-        let unplaced = CloseReason::ALL
-            .map(|r| (r.as_str(), self.unplaced[r.index()].load(Ordering::Relaxed)));
         (
-            crate::pool::snapshot::nonzero(rejected),
-            crate::pool::snapshot::nonzero(unplaced),
+            nonzero(rejected.iter().map(|(&name, &n)| (name, n))),
+            closed_by_name(&self.unplaced),
         )
     }
 
