@@ -99,7 +99,7 @@ mod tests {
             .iter()
             .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
             .collect();
-        tokio::spawn(serve(addrs.clone(), None));
+        let server = tokio::spawn(serve(addrs.clone(), None));
         for addr in addrs {
             // Bounded: the listeners are bound a moment after the spawn.
             let mut s = None;
@@ -113,5 +113,8 @@ mod tests {
             let mut s = s.unwrap_or_else(|| panic!("nothing listens on {addr}"));
             round_trip(&mut s).await.unwrap();
         }
+        // Still serving: both its listeners were bound (one it could not
+        // bind would have ended it with the error).
+        assert!(!server.is_finished(), "{:?}", server.await);
     }
 }

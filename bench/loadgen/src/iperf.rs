@@ -213,5 +213,11 @@ mod tests {
             .collect();
         let wanted: Vec<String> = ports.iter().map(ToString::to_string).collect();
         assert_eq!(servers_ports, wanted);
+        // Gone before the ports are given back: an iperf3 -s still alive
+        // listens again on its port after each test, and would take the
+        // next test's connections there.
+        for mut server in servers {
+            server.kill().await.unwrap();
+        }
     }
 }
