@@ -102,19 +102,23 @@ mod tests {
         let server = tokio::spawn(serve(addrs.clone(), None));
         for addr in addrs {
             // Bounded: the listeners are bound a moment after the spawn.
-            let mut s = None;
-            for _ in 0..200 {
-                if let Ok(c) = TcpStream::connect(addr).await {
-                    s = Some(c);
-                    break;
+            let (mut s, mut last) = (None, None);
+            for _ in 0..500 {
+                assert!(!server.is_finished(), "the server ended: it could not bind");
+                match TcpStream::connect(addr).await {
+                    Ok(c) => {
+                        s = Some(c);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            let mut s = s.unwrap_or_else(|| panic!("nothing listens on {addr}"));
+            let mut s = s.unwrap_or_else(|| panic!("nothing listens on {addr}: {last:?}"));
             round_trip(&mut s).await.unwrap();
         }
         // Still serving: both its listeners were bound (one it could not
-        // bind would have ended it with the error).
-        assert!(!server.is_finished(), "{:?}", server.await);
+        // bind would have ended it, and its listeners with it).
+        assert!(!server.is_finished(), "the server ended: it could not bind");
     }
 }
