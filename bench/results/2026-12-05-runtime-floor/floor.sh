@@ -9,7 +9,10 @@
 # bench/run.sh's churn_cf), backend first over one (churn). Per round, the
 # sums of conns and proxy CPU seconds; prints conn/s and CPU per connection
 # of each, and each against HAProxy. CF_TARGETS=1: client first over one
-# target; MODES="cf" or "bf": one order only (both by default).
+# target; MODES="cf" or "bf": one order only (both by default). The load
+# tool runs at LOAD_NICE relative to the script (-10 by default: it
+# outranks the proxies; bench/run.sh runs everything at one niceness, as
+# `nice -n -10 env LOAD_NICE=0 floor.sh ...` does).
 # Run from the repository root after building ./floor (cargo build --release).
 # PIN: the pin-proxy binary (target/release/pin-proxy).
 set -euo pipefail
@@ -51,7 +54,7 @@ one() { # MODE TARGET -> "conns cpu_s"
   else
     args=(--target "127.0.0.1:${BF[$2]}")
   fi
-  nice -n -10 "$LG" churn "${args[@]}" --concurrency 32 --size 64 --pid "${PID[$2]}" \
+  nice -n "${LOAD_NICE:--10}" "$LG" churn "${args[@]}" --concurrency 32 --size 64 --pid "${PID[$2]}" \
     --duration "$S" --warmup 0.5 2>/dev/null |
     python3 -c "import json,sys; d=json.load(sys.stdin); print(d['conns'], d.get('proxy_cpu_s', 0))"
 }
