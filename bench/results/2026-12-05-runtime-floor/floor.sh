@@ -4,7 +4,8 @@
 # minimal mio proxy of ./floor), tfloor (the same on tokio, FLOOR_TOKIO=1),
 # pin-proxy and HAProxy (nbthread 2, as bench/run.sh configures it); and
 # dfloor, the mio loop taking each socket out of epoll before closing it
-# (FLOOR_DEREGISTER=1, as tokio does). NAMES="floor dfloor ha" (any of
+# (FLOOR_DEREGISTER=1, as tokio does); floor2, the mio loop with FLOOR2_ENV
+# (FLOOR_KEEPALIVE=1 by default). NAMES="floor dfloor ha" (any of
 # them, ha always) chooses; the default is "floor tfloor pin ha". Client first over two targets (as
 # bench/run.sh's churn_cf), backend first over one (churn). Per round, the
 # sums of conns and proxy CPU seconds; prints conn/s and CPU per connection
@@ -22,7 +23,7 @@ R=${1:?rounds} K=${2:?slices} S=${3:?seconds}
 scratch
 FLOOR=bench/results/2026-12-05-runtime-floor/floor/target/release/floor
 ulimit -n 20000
-read -r E1 E2 C PE1 PE2 PC HE1 HE2 HC FE1 FE2 FC TE1 TE2 TC DE1 DE2 DC QE1 QE2 QC <<<"$($LG free-ports 21 | tr '\n' ' ')"
+read -r E1 E2 C PE1 PE2 PC HE1 HE2 HC FE1 FE2 FC TE1 TE2 TC DE1 DE2 DC QE1 QE2 QC GE1 GE2 GC <<<"$($LG free-ports 24 | tr '\n' ' ')"
 "$LG" echo-server --listen "127.0.0.1:$E1" >/dev/null 2>&1 &
 "$LG" echo-server --listen "127.0.0.1:$E2" >/dev/null 2>&1 &
 "$LG" echo-server --listen "127.0.0.1:$C" --close-first 64 >/dev/null 2>&1 &
@@ -41,10 +42,14 @@ FLOOR_TOKIO=1 "$FLOOR" "127.0.0.1:$TE1=127.0.0.1:$E1" "127.0.0.1:$TE2=127.0.0.1:
 PID_TFLOOR=$!
 FLOOR_DEREGISTER=1 "$FLOOR" "127.0.0.1:$DE1=127.0.0.1:$E1" "127.0.0.1:$DE2=127.0.0.1:$E2" "127.0.0.1:$DC=127.0.0.1:$C" &
 PID_DFLOOR=$!
+# floor2: the mio loop with FLOOR2_ENV (NAME=VALUE ...) in its environment.
+read -r -a FLOOR2_ENV_ARGS <<<"${FLOOR2_ENV:-FLOOR_KEEPALIVE=1}"
+env "${FLOOR2_ENV_ARGS[@]}" "$FLOOR" "127.0.0.1:$GE1=127.0.0.1:$E1" "127.0.0.1:$GE2=127.0.0.1:$E2" "127.0.0.1:$GC=127.0.0.1:$C" &
+PID_FLOOR2=$!
 sleep 1.5
-declare -A PID=([floor]=$PID_FLOOR [tfloor]=$PID_TFLOOR [dfloor]=$PID_DFLOOR [pin]=$PID_PIN [pin2]=$PID_PIN2 [ha]=$PID_HA)
-declare -A CF=([floor]="$FE1 $FE2" [tfloor]="$TE1 $TE2" [dfloor]="$DE1 $DE2" [pin]="$PE1 $PE2" [pin2]="$QE1 $QE2" [ha]="$HE1 $HE2")
-declare -A BF=([floor]=$FC [tfloor]=$TC [dfloor]=$DC [pin]=$PC [pin2]=$QC [ha]=$HC)
+declare -A PID=([floor]=$PID_FLOOR [tfloor]=$PID_TFLOOR [dfloor]=$PID_DFLOOR [floor2]=$PID_FLOOR2 [pin]=$PID_PIN [pin2]=$PID_PIN2 [ha]=$PID_HA)
+declare -A CF=([floor]="$FE1 $FE2" [tfloor]="$TE1 $TE2" [dfloor]="$DE1 $DE2" [floor2]="$GE1 $GE2" [pin]="$PE1 $PE2" [pin2]="$QE1 $QE2" [ha]="$HE1 $HE2")
+declare -A BF=([floor]=$FC [tfloor]=$TC [dfloor]=$DC [floor2]=$GC [pin]=$PC [pin2]=$QC [ha]=$HC)
 one() { # MODE TARGET -> "conns cpu_s"
   local args
   if [ "$1" = cf ]; then

@@ -1,6 +1,7 @@
 //! floor: the least a byte-splicing TCP proxy does per connection.
 //!
-//! `floor LISTEN=BACKEND...` (`FLOOR_TOKIO=1`: the same on tokio, `on_tokio.rs`): one thread per CPU, each with its own epoll
+//! `floor LISTEN=BACKEND...` (`FLOOR_TOKIO=1`: the same on tokio, `on_tokio.rs`;
+//! `FLOOR_KEEPALIVE=1`: clients get pin-proxy's default TCP keepalive): one thread per CPU, each with its own epoll
 //! (mio) and its own `SO_REUSEPORT` listener per route, as pin-proxy's
 //! workers have. Per client it makes the same socket choices as pin-proxy
 //! (listener: `TCP_NODELAY` inherited, `TCP_QUICKACK` off; backend leg:
@@ -75,6 +76,16 @@ fn listener_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
     s.set_tcp_nodelay(true)?;
+    if std::env::var_os("FLOOR_KEEPALIVE").is_some() {
+        // pin-proxy's defaults (idle 60s, interval 10s, count 6), inherited
+        // by every client as from pin-proxy's listeners.
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(std::time::Duration::from_secs(60))
+            .with_interval(std::time::Duration::from_secs(10))
+            .with_retries(6);
+        s.set_tcp_keepalive(&ka)?;
+        s.set_tcp_user_timeout(Some(std::time::Duration::from_secs(120)))?;
+    }
     s.bind(&addr.into())?;
     s.listen(1024)?;
     s.set_tcp_quickack(false)?;
