@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# floor.sh ROUNDS SLICES SECS: churn through four proxies in one session,
-# each slice every proxy once (order rotated slice by slice): floor (the
-# minimal mio proxy of ./floor), tfloor (the same on tokio, FLOOR_TOKIO=1),
-# pin-proxy and HAProxy (nbthread 2, as bench/run.sh configures it); and
-# dfloor, the mio loop taking each socket out of epoll before closing it
-# (FLOOR_DEREGISTER=1, as tokio does); floor2, the mio loop with FLOOR2_ENV
-# (FLOOR_KEEPALIVE=1 by default). NAMES="floor dfloor ha" (any of
-# them, ha always) chooses; the default is "floor tfloor pin ha". Client first over two targets (as
+# floor.sh ROUNDS SLICES SECS: churn through several proxies in one
+# session, each once per slice of SECS seconds, the order rotated slice by
+# slice, SLICES slices a round. Client first over two targets (as
 # bench/run.sh's churn_cf), backend first over one (churn). Per round, the
 # sums of conns and proxy CPU seconds; prints conn/s and CPU per connection
-# of each, and each against HAProxy. CF_TARGETS=1: client first over one
-# target; MODES="cf" or "bf": one order only (both by default). The load
-# tool runs at LOAD_NICE relative to the script (-10 by default: it
-# outranks the proxies; bench/run.sh runs everything at one niceness, as
-# `nice -n -10 env LOAD_NICE=0 floor.sh ...` does).
-# Run from the repository root after building ./floor (cargo build --release).
-# PIN: the pin-proxy binary (target/release/pin-proxy).
+# of each, and each against HAProxy.
+# The proxies (NAMES chooses, default "floor tfloor pin ha"; ha always):
+#   floor   the minimal mio proxy of ./floor
+#   tfloor  the same on tokio (FLOOR_TOKIO=1)
+#   dfloor  floor taking each socket out of epoll before closing it
+#           (FLOOR_DEREGISTER=1, as tokio does)
+#   floor2  floor with FLOOR2_ENV (NAME=VALUE ...; FLOOR_KEEPALIVE=1 by default)
+#   pin     pin-proxy, PIN (target/release/pin-proxy)
+#   pin2    pin-proxy PIN2 (default PIN) with PIN2_ENV (NAME=VALUE ...)
+#   ha      HAProxy, nbthread 2, as bench/run.sh configures it
+# CF_TARGETS=1: client first over one target; MODES="cf" or "bf": one order
+# only (both by default). The load tool runs at LOAD_NICE relative to the
+# script (-10 by default: it outranks the proxies; bench/run.sh runs
+# everything at one niceness, as `nice -n -10 env LOAD_NICE=0 floor.sh ...`
+# does). Run from the repository root after building ./floor (cargo build
+# --release there).
 set -euo pipefail
 R=${1:?rounds} K=${2:?slices} S=${3:?seconds}
 # shellcheck source=bench/configs.sh
@@ -30,8 +34,6 @@ read -r E1 E2 C PE1 PE2 PC HE1 HE2 HC FE1 FE2 FC TE1 TE2 TC DE1 DE2 DC QE1 QE2 Q
 pin_config "$D/pin.yaml" "$PIN" "echo:$PE1:$E1" "echo2:$PE2:$E2" "close:$PC:$C"
 haproxy_config "$D/ha.cfg" 2 9000 "echo:$HE1:$E1" "echo2:$HE2:$E2" "close:$HC:$C"
 start_proxies
-# pin2: a second pin-proxy, PIN2 (default PIN) with PIN2_ENV (NAME=VALUE ...)
-# in its environment, on the same pools.
 pin_config "$D/pin2.yaml" "${PIN2:-$PIN}" "echo:$QE1:$E1" "echo2:$QE2:$E2" "close:$QC:$C"
 read -r -a PIN2_ENV_ARGS <<<"${PIN2_ENV:-}"
 env "${PIN2_ENV_ARGS[@]}" "${PIN2:-$PIN}" run -c "$D/pin2.yaml" >/dev/null 2>&1 &
@@ -42,7 +44,6 @@ FLOOR_TOKIO=1 "$FLOOR" "127.0.0.1:$TE1=127.0.0.1:$E1" "127.0.0.1:$TE2=127.0.0.1:
 PID_TFLOOR=$!
 FLOOR_DEREGISTER=1 "$FLOOR" "127.0.0.1:$DE1=127.0.0.1:$E1" "127.0.0.1:$DE2=127.0.0.1:$E2" "127.0.0.1:$DC=127.0.0.1:$C" &
 PID_DFLOOR=$!
-# floor2: the mio loop with FLOOR2_ENV (NAME=VALUE ...) in its environment.
 read -r -a FLOOR2_ENV_ARGS <<<"${FLOOR2_ENV:-FLOOR_KEEPALIVE=1}"
 env "${FLOOR2_ENV_ARGS[@]}" "$FLOOR" "127.0.0.1:$GE1=127.0.0.1:$E1" "127.0.0.1:$GE2=127.0.0.1:$E2" "127.0.0.1:$GC=127.0.0.1:$C" &
 PID_FLOOR2=$!
