@@ -12,7 +12,8 @@
 #           (FLOOR_DEREGISTER=1, as tokio does)
 #   floor2  floor with FLOOR2_ENV (NAME=VALUE ...; FLOOR_KEEPALIVE=1 by default)
 #   pin     pin-proxy, PIN (target/release/pin-proxy)
-#   pin2    pin-proxy PIN2 (default PIN) with PIN2_ENV (NAME=VALUE ...)
+#   pin2    pin-proxy PIN2 (default PIN) with PIN2_ENV (NAME=VALUE ...) and
+#           PIN2_EXTRA_POOLS idle pools beyond the three (0 by default)
 #   ha      HAProxy, nbthread 2, as bench/run.sh configures it
 # CF_TARGETS=1: client first over one target; MODES="cf" or "bf": one order
 # only (both by default). The load tool runs at LOAD_NICE relative to the
@@ -27,14 +28,20 @@ R=${1:?rounds} K=${2:?slices} S=${3:?seconds}
 scratch
 FLOOR=bench/results/2026-12-05-runtime-floor/floor/target/release/floor
 ulimit -n 20000
-read -r E1 E2 C PE1 PE2 PC HE1 HE2 HC FE1 FE2 FC TE1 TE2 TC DE1 DE2 DC QE1 QE2 QC GE1 GE2 GC <<<"$($LG free-ports 24 | tr '\n' ' ')"
+EXTRA=${PIN2_EXTRA_POOLS:-0}
+mapfile -t PORTS < <("$LG" free-ports $((24 + EXTRA)))
+read -r E1 E2 C PE1 PE2 PC HE1 HE2 HC FE1 FE2 FC TE1 TE2 TC DE1 DE2 DC QE1 QE2 QC GE1 GE2 GC <<<"${PORTS[*]:0:24}"
+# pin2's idle pools beyond the three (PIN2_EXTRA_POOLS), as bench/run.sh's
+# pin-proxy has pools for loads that are not running.
+MORE=()
+for i in $(seq "$EXTRA"); do MORE+=("idle$i:${PORTS[$((23 + i))]}:$E1"); done
 "$LG" echo-server --listen "127.0.0.1:$E1" >/dev/null 2>&1 &
 "$LG" echo-server --listen "127.0.0.1:$E2" >/dev/null 2>&1 &
 "$LG" echo-server --listen "127.0.0.1:$C" --close-first 64 >/dev/null 2>&1 &
 pin_config "$D/pin.yaml" "$PIN" "echo:$PE1:$E1" "echo2:$PE2:$E2" "close:$PC:$C"
 haproxy_config "$D/ha.cfg" 2 9000 "echo:$HE1:$E1" "echo2:$HE2:$E2" "close:$HC:$C"
 start_proxies
-pin_config "$D/pin2.yaml" "${PIN2:-$PIN}" "echo:$QE1:$E1" "echo2:$QE2:$E2" "close:$QC:$C"
+pin_config "$D/pin2.yaml" "${PIN2:-$PIN}" "echo:$QE1:$E1" "echo2:$QE2:$E2" "close:$QC:$C" "${MORE[@]}"
 read -r -a PIN2_ENV_ARGS <<<"${PIN2_ENV:-}"
 env "${PIN2_ENV_ARGS[@]}" "${PIN2:-$PIN}" run -c "$D/pin2.yaml" >/dev/null 2>&1 &
 PID_PIN2=$!
