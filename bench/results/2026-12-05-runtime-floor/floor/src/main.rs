@@ -93,6 +93,13 @@ fn listener_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 }
 
 fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    dial(addr).map(TcpStream::from_std)
+}
+
+/// A non-blocking connect to `addr` under way, made as pin-proxy makes a
+/// backend leg: `TCP_NODELAY`, the handshake's last ACK held for the
+/// first bytes.
+fn dial(addr: SocketAddr) -> io::Result<std::net::TcpStream> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
     s.set_tcp_nodelay(true)?;
     s.set_tcp_quickack(false)?;
@@ -101,7 +108,7 @@ fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
         Err(e) if e.raw_os_error() == Some(115) => {} // EINPROGRESS
         Err(e) => return Err(e),
     }
-    Ok(TcpStream::from_std(s.into()))
+    Ok(s.into())
 }
 
 /// One direction: bytes read from one leg and not yet written to the other.

@@ -7,7 +7,6 @@
 use std::io;
 use std::net::SocketAddr;
 
-use socket2::{Domain, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 
 pub fn serve(routes: &[(SocketAddr, SocketAddr)]) -> io::Result<()> {
@@ -43,15 +42,7 @@ async fn splice(mut client: TcpStream, backend: SocketAddr) {
 }
 
 async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
-    s.set_tcp_nodelay(true)?;
-    s.set_tcp_quickack(false)?;
-    match s.connect(&addr.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(115) => {}
-        Err(e) => return Err(e),
-    }
-    let stream = TcpStream::from_std(std::net::TcpStream::from(s))?;
+    let stream = TcpStream::from_std(crate::dial(addr)?)?;
     stream.writable().await?;
     Ok(stream)
 }
